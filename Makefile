@@ -1,0 +1,30 @@
+# `make demo` runs the main job and `make test` the test suite; each creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Where pip finds an on-disk CPU build of torch 2.13.0 (these development machines), install that one rather than
+# letting pip pull a multi-GB CUDA build; elsewhere pip resolves torch as usual.
+LOCAL_CPU_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
+
+.PHONY: demo test lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(if $(LOCAL_CPU_TORCH),$(BIN)/python -m pip install --quiet torch==2.13.0)
+
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[$*]"
+	touch $@
+
+demo: $(VENV)/.installed-demo
+	$(BIN)/aiayn presets
+
+test: lint
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

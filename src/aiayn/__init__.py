@@ -1,0 +1,52 @@
+"""aiayn: the Transformer of "Attention Is All You Need" as BERT-, GPT- and T5-style model families for transformers.
+
+Importing the package registers every config and model class with transformers' Auto classes, so that
+`AutoConfig`, `AutoModel`, `AutoModelForCausalLM`, `AutoModelForSeq2SeqLM`, ... build and load aiayn models like
+built-in ones, and marks them for `save_pretrained` to copy their code next to the weights.
+"""
+
+import transformers
+
+from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq
+from .configuration_aiayn import (
+    PRESETS,
+    AiaynConfig,
+    AiaynDecoderConfig,
+    AiaynEncoderConfig,
+    AiaynSeq2SeqConfig,
+    preset_config,
+)
+from .modeling_aiayn import AiaynPreTrainedModel
+from .modeling_aiayn_decoder import *  # noqa: F403
+from .modeling_aiayn_encoder import *  # noqa: F403
+from .modeling_aiayn_seq2seq import *  # noqa: F403
+
+__version__ = "0.1.0"
+
+
+def _register_family(module, pretrained_class: type[AiaynPreTrainedModel]) -> None:
+    config_class = pretrained_class.config_class
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    config_class.register_for_auto_class()
+    for auto_class_name, class_name in pretrained_class.auto_classes.items():
+        model_class = getattr(module, class_name)
+        getattr(transformers, auto_class_name).register(config_class, model_class, exist_ok=True)
+        model_class.register_for_auto_class(auto_class_name)
+
+
+_register_family(modeling_aiayn_encoder, modeling_aiayn_encoder.AiaynEncoderPreTrainedModel)
+_register_family(modeling_aiayn_decoder, modeling_aiayn_decoder.AiaynDecoderPreTrainedModel)
+_register_family(modeling_aiayn_seq2seq, modeling_aiayn_seq2seq.AiaynSeq2SeqPreTrainedModel)
+
+__all__ = [
+    "AiaynConfig",
+    "AiaynEncoderConfig",
+    "AiaynDecoderConfig",
+    "AiaynSeq2SeqConfig",
+    "AiaynPreTrainedModel",
+    "PRESETS",
+    "preset_config",
+    *modeling_aiayn_encoder.__all__,
+    *modeling_aiayn_decoder.__all__,
+    *modeling_aiayn_seq2seq.__all__,
+]

@@ -1,0 +1,52 @@
+"""The `aiayn` command line."""
+
+import argparse
+
+import torch
+import transformers
+
+from .configuration_aiayn import PRESETS, preset_config
+
+LM_AUTO_CLASSES = {
+    "aiayn_encoder": transformers.AutoModelForMaskedLM,
+    "aiayn_decoder": transformers.AutoModelForCausalLM,
+    "aiayn_seq2seq": transformers.AutoModelForSeq2SeqLM,
+}
+
+
+def count_parameters(config) -> int:
+    """Parameters of the family's language-model head for `config`, counted without allocating them."""
+    with torch.device("meta"):
+        model = LM_AUTO_CLASSES[config.model_type].from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def presets_table() -> str:
+    columns = ("preset", "family", "vocab", "d_model", "heads", "d_ff", "layers", "positions", "norm", "params")
+    rows = []
+    for name, (family, _) in PRESETS.items():
+        config = preset_config(name)
+        layers = str(config.num_layers)
+        if family == "seq2seq":
+            layers += f"+{config.num_decoder_layers}"
+        norm = ("pre-" if config.norm_first else "post-") + config.norm_type
+        rows.append(
+            (name, family, str(config.vocab_size), str(config.d_model), str(config.num_heads), str(config.d_ff),
+             layers, config.position_embedding_type, norm, f"{count_parameters(config) / 1e6:.1f}M")
+        )  # fmt: skip
+    widths = [max(len(row[i]) for row in (columns, *rows)) for i in range(len(columns))]
+    lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in (columns, *rows))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("presets", help="list the preset configurations with their sizes")
+    args = parser.parse_args(argv)
+    if args.command == "presets":
+        print(presets_table())
+
+
+if __name__ == "__main__":
+    main()

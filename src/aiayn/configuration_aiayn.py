@@ -1,0 +1,468 @@
+"""Configurations of the three aiayn families.
+
+One configurable Transformer ("Attention Is All You Need", Vaswani et al., 2017) serves all three families: the
+fields of `AiaynConfig` describe every knob of the shared blocks, and the family configs only add what their
+family needs. The defaults are the paper's base model (Table 3, row "base"); the presets in `PRESETS` give the
+paper's big model and the shapes of BERT, GPT-2 and T5.
+
+This module imports only transformers: `save_pretrained` copies it next to the weights so that a saved folder
+loads with `trust_remote_code=True` where aiayn is not installed.
+"""
+
+import copy
+from typing import ClassVar
+
+from transformers import PreTrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "relative", "rotary", "none")
+NORM_TYPES = ("layernorm", "rmsnorm")
+BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
+GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
+GATED_PREFIX = "gated-"
+
+
+def split_activation(hidden_act: str) -> tuple[str, bool]:
+    """Returns `(activation, is_gated)` for a `hidden_act` value.
+
+    `"relu"`, `"gelu"` (erf, BERT), `"gelu_new"` (tanh approximation, GPT-2) and `"silu"` are plain activations;
+    `"geglu"`, `"swiglu"`, `"reglu"` and `"gated-<activation>"` are their gated forms `act(x W) * (x V)`
+    (Shazeer, 2020). T5 v1.1 is `"gated-gelu_new"`.
+    """
+    if hidden_act in GATED_ACTIVATION_ALIASES:
+        return GATED_ACTIVATION_ALIASES[hidden_act], True
+    if hidden_act.startswith(GATED_PREFIX):
+        return hidden_act[len(GATED_PREFIX) :], True
+    return hidden_act, False
+
+
+class AiaynConfig(PreTrainedConfig):
+    r"""
+    Fields shared by the three families. Standard transformers names work as aliases: `hidden_size` (`d_model`),
+    `num_attention_heads` (`num_heads`), `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and
+    `head_dim` (`d_kv`).
+
+    Sizes:
+        vocab_size: number of tokens; the paper's WMT'14 En-De model shares a 37000-token BPE vocabulary.
+        d_model: width of every sub-layer output and of the embeddings (the paper's d_model = 512).
+        num_heads: attention heads h (paper: 8).
+        d_kv: size of each head's queries, keys and values, d_k = d_v (paper: d_model / h = 64). Defaults to
+            `d_model // num_heads`; T5 allows `num_heads * d_kv != d_model`.
+        d_ff: inner size of the position-wise feed-forward network, eq. (2) (paper: 2048).
+        num_layers: layers N of the (encoder) stack (paper: 6).
+        max_position_embeddings: rows of the learned position table; for the other position types, the longest
+            sequence the model was trained for (they run past it).
+
+    Attention:
+        scale_attention: multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
+            turns it off.
+        position_embedding_type: `"sinusoidal"` (the paper, section 3.5), `"learned"` (BERT, GPT-2; also the paper's
+            Table 3 row E), `"relative"` (T5's bucketed bias added to the attention logits, one table per stack
+            shared by its layers), `"rotary"` (RoPE, Su et al. 2021) or `"none"`.
+        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketing (32 and 128); only with
+            relative positions.
+        rope_theta: base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
+
+    Layers:
+        norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
+            T5's pre-LN, `x + Sublayer(Norm(x))`, with a final norm after the stack.
+        norm_type: `"layernorm"` (the paper, BERT, GPT-2) or `"rmsnorm"` (T5: no mean, no bias).
+        layer_norm_eps: epsilon of every norm (BERT 1e-12, GPT-2 1e-5, T5 1e-6).
+        hidden_act: activation of the feed-forward network: `"relu"` (the paper, T5 v1.0), `"gelu"` (BERT),
+            `"gelu_new"` (GPT-2), `"silu"`, or a gated form `"geglu"`, `"swiglu"`, `"reglu"`, `"gated-<act>"`
+            (T5 v1.1: `"gated-gelu_new"`).
+        use_bias: biases in the linear projections and norms (the paper, BERT, GPT-2) or none (T5).
+
+    Embeddings:
+        scale_embedding: multiply token embeddings by sqrt(d_model) (the paper, section 3.4).
+        embedding_norm: normalise the sum of token, position and token-type embeddings (BERT).
+        type_vocab_size: number of token types (BERT's segment embeddings: 2); 0 for none.
+        tie_word_embeddings: share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
+        scale_decoder_outputs: multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
+
+    Regularisation and initialisation:
+        dropout: residual dropout on every sub-layer output and on the embedding sum (the paper's P_drop = 0.1).
+        attention_dropout: dropout on the attention probabilities.
+        activation_dropout: dropout after the feed-forward activation (T5).
+        classifier_dropout: dropout before classification heads; defaults to `dropout`.
+        initializer_range: standard deviation of the normal initialisation of weights. Token embeddings that are
+            scaled by sqrt(d_model) are drawn with standard deviation d_model^-0.5 instead, as in the paper's
+            tensor2tensor code, so that the scaled embeddings and the sinusoids have the same magnitude.
+
+    Special tokens: pad_token_id, bos_token_id, eos_token_id.
+    """
+
+    model_type = ""
+    attribute_map: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_layers",
+        "intermediate_size": "d_ff",
+        "head_dim": "d_kv",
+    }
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    num_heads: int = 8
+    d_kv: int | None = None
+    d_ff: int = 2048
+    num_layers: int = 6
+    max_position_embeddings: int = 512
+
+    scale_attention: bool = True
+    position_embedding_type: str = "sinusoidal"
+    relative_attention_num_buckets: int | None = None
+    relative_attention_max_distance: int | None = None
+    rope_theta: float | None = None
+
+    norm_first: bool = False
+    norm_type: str = "layernorm"
+    layer_norm_eps: float = 1e-6
+    hidden_act: str = "relu"
+    use_bias: bool = True
+
+    scale_embedding: bool = True
+    embedding_norm: bool = False
+    type_vocab_size: int = 0
+    tie_word_embeddings: bool = True
+    scale_decoder_outputs: bool = False
+
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    activation_dropout: float = 0.1
+    classifier_dropout: float | None = None
+    initializer_range: float = 0.02
+
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+
+    def __post_init__(self, **kwargs):
+        # The parent sets aliases (hidden_size=...) and unknown kwargs first; the derived fields depend on them.
+        super().__post_init__(**kwargs)
+        self._derive_defaults()
+        self.validate()
+
+    def _derive_defaults(self):
+        """Fills the fields whose defaults depend on other fields."""
+        if self.d_kv is None and _is_positive_int(self.d_model) and _is_positive_int(self.num_heads):
+            if self.d_model % self.num_heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
+                )
+            self.d_kv = self.d_model // self.num_heads
+        if self.position_embedding_type == "relative":
+            self.relative_attention_num_buckets = self.relative_attention_num_buckets or 32
+            self.relative_attention_max_distance = self.relative_attention_max_distance or 128
+        if self.position_embedding_type == "rotary" and self.rope_theta is None:
+            self.rope_theta = 10000.0
+
+    def validate(self):
+        """Raises `ValueError` naming the first invalid field. Also run by `save_pretrained` and by the models."""
+        for name in self._positive_int_fields():
+            value = getattr(self, name)
+            if not _is_positive_int(value):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if self.d_kv is None:
+            raise ValueError(f"d_kv must be given or derivable from d_model ({self.d_model}) and num_heads.")
+        if not _is_positive_int(self.d_kv):
+            raise ValueError(f"d_kv must be a positive integer, got {self.d_kv!r}.")
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(
+                f"position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
+                f"got {self.position_embedding_type!r}."
+            )
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}.")
+        activation, _ = split_activation(self.hidden_act) if isinstance(self.hidden_act, str) else (None, False)
+        if activation not in BASE_ACTIVATIONS:
+            raise ValueError(
+                f"hidden_act must be one of {BASE_ACTIVATIONS}, {tuple(GATED_ACTIVATION_ALIASES)} or "
+                f"'{GATED_PREFIX}<activation>', got {self.hidden_act!r}."
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}.")
+        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}.")
+        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
+            raise ValueError(f"initializer_range must be non-negative, got {self.initializer_range!r}.")
+        self._validate_positions()
+        for name in self._token_id_fields():
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
+                raise ValueError(f"{name} must be None or a token id in [0, {self.vocab_size}), got {value!r}.")
+
+    def _validate_positions(self):
+        relative = self.position_embedding_type == "relative"
+        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
+            value = getattr(self, name)
+            if relative and not _is_positive_int(value):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+            if not relative and value is not None:
+                raise ValueError(
+                    f"{name} is set ({value}) but position_embedding_type is {self.position_embedding_type!r}; "
+                    "it only applies to position_embedding_type='relative'."
+                )
+        rotary = self.position_embedding_type == "rotary"
+        if rotary and not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
+            raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}.")
+        if not rotary and self.rope_theta is not None:
+            raise ValueError(
+                f"rope_theta is set ({self.rope_theta}) but position_embedding_type is "
+                f"{self.position_embedding_type!r}; it only applies to position_embedding_type='rotary'."
+            )
+        if rotary and self.d_kv % 2:
+            raise ValueError(f"rotary positions rotate pairs of features: d_kv must be even, got {self.d_kv}.")
+        if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions pair sines and cosines: d_model must be even, got {self.d_model}.")
+
+    def _positive_int_fields(self) -> tuple[str, ...]:
+        return ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_position_embeddings")
+
+    def _token_id_fields(self) -> tuple[str, ...]:
+        return ("pad_token_id", "bos_token_id", "eos_token_id")
+
+    @property
+    def is_gated_act(self) -> bool:
+        return split_activation(self.hidden_act)[1]
+
+    @property
+    def activation(self) -> str:
+        """The activation function of `hidden_act` without its gate."""
+        return split_activation(self.hidden_act)[0]
+
+    @property
+    def classifier_dropout_rate(self) -> float:
+        return self.dropout if self.classifier_dropout is None else self.classifier_dropout
+
+
+class AiaynEncoderConfig(AiaynConfig):
+    """BERT-style encoder-only models: a bidirectional stack with masked-LM and classification heads."""
+
+    model_type = "aiayn_encoder"
+
+
+class AiaynDecoderConfig(AiaynConfig):
+    """GPT-style decoder-only models: a causal stack with a language-model head."""
+
+    model_type = "aiayn_decoder"
+    use_cache: bool = True
+
+
+class AiaynSeq2SeqConfig(AiaynConfig):
+    """T5-style encoder-decoder models; the defaults are the paper's base translation model.
+
+    num_decoder_layers: layers of the decoder stack; defaults to `num_layers`.
+    decoder_start_token_id: first decoder input, to which labels are shifted right (T5 and Marian use the pad token).
+
+    The encoder and the decoder always share one token embedding (the paper's shared source-target vocabulary);
+    `tie_word_embeddings` also shares it with the pre-softmax projection, the paper's three-way sharing.
+    """
+
+    model_type = "aiayn_seq2seq"
+    is_encoder_decoder: bool = True
+    use_cache: bool = True
+    num_decoder_layers: int | None = None
+    decoder_start_token_id: int | None = 0
+
+    def _derive_defaults(self):
+        super()._derive_defaults()
+        if self.num_decoder_layers is None:
+            self.num_decoder_layers = self.num_layers
+
+    def _positive_int_fields(self) -> tuple[str, ...]:
+        return (*super()._positive_int_fields(), "num_decoder_layers")
+
+    def _token_id_fields(self) -> tuple[str, ...]:
+        return (*super()._token_id_fields(), "decoder_start_token_id")
+
+    def validate(self):
+        super().validate()
+        if self.decoder_start_token_id is None:
+            raise ValueError("decoder_start_token_id must be set: it is the first input of the decoder.")
+
+    def get_text_config(self, decoder=None, encoder=None) -> "AiaynSeq2SeqConfig":
+        """With `decoder=True`, a copy whose `num_layers` is the decoder's, which is what caches are sized from."""
+        if decoder and not encoder:
+            config = copy.deepcopy(self)
+            config.num_layers = self.num_decoder_layers
+            return config
+        return self
+
+
+def _is_positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, "seq2seq": AiaynSeq2SeqConfig}
+
+_PAPER = {"position_embedding_type": "sinusoidal", "norm_first": False, "scale_embedding": True}
+_BERT = {
+    "position_embedding_type": "learned",
+    "norm_first": False,
+    "layer_norm_eps": 1e-12,
+    "hidden_act": "gelu",
+    "scale_embedding": False,
+    "embedding_norm": True,
+    "type_vocab_size": 2,
+    "activation_dropout": 0.0,
+}
+_GPT2 = {
+    "position_embedding_type": "learned",
+    "norm_first": True,
+    "layer_norm_eps": 1e-5,
+    "hidden_act": "gelu_new",
+    "scale_embedding": False,
+    "activation_dropout": 0.0,
+}
+_T5 = {
+    "position_embedding_type": "relative",
+    "norm_first": True,
+    "norm_type": "rmsnorm",
+    "layer_norm_eps": 1e-6,
+    "use_bias": False,
+    "scale_attention": False,
+    "scale_embedding": False,
+    "scale_decoder_outputs": True,
+}
+
+# name -> (family, fields). The paper's values are Table 3's rows "base" and "big"; the others are the shapes of the
+# public checkpoints of BERT, GPT-2 and T5, so that converted weights fit.
+PRESETS: dict[str, tuple[str, dict]] = {
+    "transformer-base": (
+        "seq2seq",
+        {
+            **_PAPER,
+            "vocab_size": 37000,
+            "d_model": 512,
+            "d_ff": 2048,
+            "num_heads": 8,
+            "num_layers": 6,
+            "num_decoder_layers": 6,
+            "dropout": 0.1,
+        },
+    ),
+    "transformer-big": (
+        "seq2seq",
+        {
+            **_PAPER,
+            "vocab_size": 37000,
+            "d_model": 1024,
+            "d_ff": 4096,
+            "num_heads": 16,
+            "num_layers": 6,
+            "num_decoder_layers": 6,
+            "dropout": 0.3,
+        },
+    ),
+    "bert-base": (
+        "encoder",
+        {
+            **_BERT,
+            "vocab_size": 30522,
+            "d_model": 768,
+            "d_ff": 3072,
+            "num_heads": 12,
+            "num_layers": 12,
+            "max_position_embeddings": 512,
+        },
+    ),
+    "gpt2-small": (
+        "decoder",
+        {
+            **_GPT2,
+            "vocab_size": 50257,
+            "d_model": 768,
+            "d_ff": 3072,
+            "num_heads": 12,
+            "num_layers": 12,
+            "max_position_embeddings": 1024,
+            "pad_token_id": None,
+            "bos_token_id": 50256,
+            "eos_token_id": 50256,
+        },
+    ),
+    "t5-small": (
+        "seq2seq",
+        {
+            **_T5,
+            "vocab_size": 32128,
+            "d_model": 512,
+            "d_ff": 2048,
+            "num_heads": 8,
+            "d_kv": 64,
+            "num_layers": 6,
+            "num_decoder_layers": 6,
+            "pad_token_id": 0,
+            "bos_token_id": None,
+            "eos_token_id": 1,
+            "decoder_start_token_id": 0,
+        },
+    ),
+    "tiny": (
+        "seq2seq",
+        {
+            **_PAPER,
+            "vocab_size": 1000,
+            "d_model": 64,
+            "d_ff": 256,
+            "num_heads": 4,
+            "num_layers": 2,
+            "num_decoder_layers": 2,
+            "max_position_embeddings": 256,
+        },
+    ),
+    "tiny-encoder": (
+        "encoder",
+        {
+            **_BERT,
+            "vocab_size": 1000,
+            "d_model": 64,
+            "d_ff": 256,
+            "num_heads": 4,
+            "num_layers": 2,
+            "max_position_embeddings": 256,
+        },
+    ),
+    "tiny-decoder": (
+        "decoder",
+        {
+            **_GPT2,
+            "vocab_size": 1000,
+            "d_model": 64,
+            "d_ff": 256,
+            "num_heads": 4,
+            "num_layers": 2,
+            "max_position_embeddings": 256,
+        },
+    ),
+}
+
+
+def preset_config(name: str, **overrides) -> AiaynConfig:
+    """The config of preset `name` (see `PRESETS`), of the right family, with `overrides` applied.
+
+    >>> preset_config("transformer-base").d_model
+    512
+    >>> preset_config("gpt2-small", num_layers=2).model_type
+    'aiayn_decoder'
+    """
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")
+    family, fields = PRESETS[name]
+    return FAMILY_CONFIGS[family](**{**fields, **overrides})
+
+
+__all__ = [
+    "AiaynConfig",
+    "AiaynEncoderConfig",
+    "AiaynDecoderConfig",
+    "AiaynSeq2SeqConfig",
+    "PRESETS",
+    "preset_config",
+]

@@ -1,0 +1,685 @@
+"""The blocks every aiayn family is built from: embeddings, positions, attention, feed-forward, layers and stacks.
+
+Section and equation numbers refer to "Attention Is All You Need" (Vaswani et al., 2017). One `AiaynStack` is the
+encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-attention, plus encoder-decoder
+attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks.
+
+This module imports only torch, transformers and the configuration: `save_pretrained` copies it next to the
+weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_aiayn import AiaynConfig
+
+
+class AiaynRMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich, 2019; T5): `x / sqrt(mean(x^2) + eps) * g`, no mean, no bias.
+
+    The statistics are computed in float32 whatever the input dtype.
+    """
+
+    def __init__(self, d_model: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.float()
+        hidden_states = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * hidden_states.to(input_dtype)
+
+    def extra_repr(self) -> str:
+        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+
+
+def build_norm(config: AiaynConfig) -> nn.Module:
+    """Layer normalisation (Ba et al., 2016) as in the paper, or RMSNorm as in T5 (`config.norm_type`)."""
+    if config.norm_type == "rmsnorm":
+        return AiaynRMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.use_bias)
+
+
+def inverse_frequencies(dim: int, base: float) -> torch.Tensor:
+    """`base^(-2i/dim)` for `i = 0 .. dim/2 - 1`: the angular frequencies of the paper's sinusoids and of RoPE."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+class AiaynSinusoidalPositionEmbedding(nn.Module):
+    """The paper's position encodings (section 3.5), computed for any position, with sines and cosines interleaved:
+
+    `PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`, `PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))`.
+    """
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.d_model = d_model
+        self.inv_freq = nn.Buffer(inverse_frequencies(d_model, 10000.0), persistent=False)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """`(batch, seq)` positions to `(batch, seq, d_model)` float32 encodings."""
+        angles = position_ids[..., None].float() * self.inv_freq
+        return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
+
+
+class AiaynRotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE, Su et al., 2021): rotates feature pairs of queries and keys by `pos * theta_i`.
+
+    Uses the half-split pairing `(x_i, x_{i + d/2})` of GPT-NeoX and Llama.
+    """
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.head_dim = config.d_kv
+        self.base = config.rope_theta
+        self.inv_freq = nn.Buffer(inverse_frequencies(self.head_dim, self.base), persistent=False)
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(batch, seq)` positions to `(cos, sin)`, each `(batch, 1, seq, d_kv)` so that they broadcast over heads."""
+        angles = position_ids[..., None].float() * self.inv_freq
+        angles = torch.cat((angles, angles), dim=-1)[:, None]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
+    """T5's bucket of `memory_position - query_position`: exact buckets for small distances, logarithmic ones up to
+    `max_distance`, one bucket beyond; a bidirectional stack gives each direction half of the buckets."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = -torch.clamp(relative_position, max=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    log_bucket = (
+        max_exact
+        + (
+            torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        ).long()
+    )
+    log_bucket = torch.clamp(log_bucket, max=num_buckets - 1)
+    return buckets + torch.where(is_small, distance, log_bucket)
+
+
+class AiaynRelativePositionBias(nn.Module):
+    """T5's relative position bias: one learned scalar per head and distance bucket, added to the attention logits.
+
+    A stack owns one and all its layers share it (T5's layer 0 owns the table and passes the bias on).
+    """
+
+    def __init__(self, config: AiaynConfig, bidirectional: bool):
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.embedding = nn.Embedding(self.num_buckets, config.num_heads)
+
+    def forward(self, query_length: int, key_length: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
+        """The `(1, heads, query_length, key_length)` bias of queries at `past_length + i` over keys at `j`."""
+        device = self.embedding.weight.device
+        query_position = torch.arange(query_length, device=device)[:, None] + past_length
+        key_position = torch.arange(key_length, device=device)[None, :]
+        buckets = relative_position_bucket(
+            key_position - query_position, self.bidirectional, self.num_buckets, self.max_distance
+        )
+        return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, eq. (1), with the mask added before the softmax:
+
+    `softmax(Q K^T * scaling + M) V`, where `M` is 0 where attention is allowed and the dtype's minimum elsewhere
+    (plus any position bias). The softmax runs in float32. Returns the output `(batch, seq, heads, d_kv)` and the
+    attention probabilities `(batch, heads, seq, key_length)`.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class AiaynAttention(nn.Module):
+    """Multi-head attention (section 3.2.2): `Concat(head_1, ..., head_h) W^O` with
+    `head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`, dispatched to the configured attention backend."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.num_heads = config.num_heads
+        self.head_dim = config.d_kv
+        self.inner_dim = config.num_heads * config.d_kv
+        self.scaling = self.head_dim**-0.5 if config.scale_attention else 1.0
+        self.attention_dropout = config.attention_dropout
+        self.o_proj = nn.Linear(self.inner_dim, config.d_model, bias=config.use_bias)
+
+    def project(self, proj: nn.Linear, states: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+        """`count` fused projections of `(batch, seq, d_model)` states, each split into `(batch, heads, seq, d_kv)`."""
+        batch, length, _ = states.shape
+        projected = proj(states).view(batch, length, count, self.num_heads, self.head_dim)
+        return projected.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        output, weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        output = output.reshape(*output.shape[:2], self.inner_dim)
+        return self.o_proj(output), weights
+
+
+class AiaynSelfAttention(AiaynAttention):
+    """Self-attention: queries, keys and values all come from the previous layer (one fused projection)."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool):
+        super().__init__(config, layer_idx, is_causal)
+        self.qkv_proj = nn.Linear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        query, key, value = self.project(self.qkv_proj, hidden_states, 3)
+        if position_embeddings is not None:
+            cos, sin = position_embeddings
+            query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        if position_bias is not None:
+            kwargs["position_bias"] = position_bias
+        return self.attend(query, key, value, attention_mask, **kwargs)
+
+
+class AiaynCrossAttention(AiaynAttention):
+    """Encoder-decoder attention (section 3.2.3): queries from the decoder, keys and values from the encoder output.
+
+    With a cache, the keys and values are computed once per source and reused at every decoding step.
+    """
+
+    def __init__(self, config: AiaynConfig, layer_idx: int):
+        super().__init__(config, layer_idx, is_causal=False)
+        self.q_proj = nn.Linear(config.d_model, self.inner_dim, bias=config.use_bias)
+        self.kv_proj = nn.Linear(config.d_model, 2 * self.inner_dim, bias=config.use_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        (query,) = self.project(self.q_proj, hidden_states, 1)
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            key, value = layer.keys, layer.values
+        else:
+            key, value = self.project(self.kv_proj, encoder_hidden_states, 2)
+            if cache is not None:
+                key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                cache.is_updated[self.layer_idx] = True
+        return self.attend(query, key, value, attention_mask, **kwargs)
+
+
+class AiaynFeedForward(nn.Module):
+    """Position-wise feed-forward network, eq. (2): `FFN(x) = act(x W_1 + b_1) W_2 + b_2`; with a gated activation
+    (GLU variants, Shazeer 2020) `FFN(x) = (act(x W_g) * x W_1) W_2`."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=config.use_bias)
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=config.use_bias) if config.is_gated_act else None
+        self.act = ACT2FN[config.activation]
+        self.dropout = nn.Dropout(config.activation_dropout)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.gate_proj is None:
+            hidden_states = self.act(self.up_proj(hidden_states))
+        else:
+            hidden_states = self.act(self.gate_proj(hidden_states)) * self.up_proj(hidden_states)
+        return self.down_proj(self.dropout(hidden_states))
+
+
+class AiaynLayer(GradientCheckpointingLayer):
+    """One layer of a stack (section 3.1): self-attention, encoder-decoder attention (seq2seq decoders only) and the
+    feed-forward network. Each sub-layer is wrapped in dropout and a residual connection (section 5.4), with the
+    norm after the sum, `Norm(x + Dropout(Sublayer(x)))` (post-LN, the paper), or before the sub-layer,
+    `x + Dropout(Sublayer(Norm(x)))` (pre-LN, `config.norm_first`)."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.self_attn = AiaynSelfAttention(config, layer_idx, is_causal)
+        self.self_attn_norm = build_norm(config)
+        self.cross_attn = AiaynCrossAttention(config, layer_idx) if has_cross_attention else None
+        self.cross_attn_norm = build_norm(config) if has_cross_attention else None
+        self.ffn = AiaynFeedForward(config)
+        self.ffn_norm = build_norm(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_bias: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        attended, _ = self.self_attn(
+            self._norm_input(hidden_states, self.self_attn_norm),
+            attention_mask,
+            position_embeddings,
+            position_bias,
+            self_attention_cache,
+            **kwargs,
+        )
+        hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
+        if self.cross_attn is not None:
+            cross_attention_cache = cache if isinstance(cache, EncoderDecoderCache) else None
+            attended, _ = self.cross_attn(
+                self._norm_input(hidden_states, self.cross_attn_norm),
+                encoder_hidden_states,
+                encoder_attention_mask,
+                cross_attention_cache,
+                **kwargs,
+            )
+            hidden_states = self._add_residual(hidden_states, attended, self.cross_attn_norm)
+        transformed = self.ffn(self._norm_input(hidden_states, self.ffn_norm))
+        return self._add_residual(hidden_states, transformed, self.ffn_norm)
+
+    def _norm_input(self, hidden_states: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        return norm(hidden_states) if self.norm_first else hidden_states
+
+    def _add_residual(self, residual: torch.Tensor, sublayer_output: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        hidden_states = residual + self.dropout(sublayer_output)
+        return hidden_states if self.norm_first else norm(hidden_states)
+
+
+class AiaynEmbeddings(nn.Module):
+    """The input of a stack: token embeddings times sqrt(d_model) (section 3.4), plus absolute position encodings
+    (section 3.5) and token-type embeddings (BERT), optionally normalised (BERT), then dropout (section 5.4)."""
+
+    def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
+        )
+        if config.position_embedding_type == "sinusoidal":
+            self.position_embeddings = AiaynSinusoidalPositionEmbedding(config.d_model)
+        elif config.position_embedding_type == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.d_model)
+        else:
+            self.position_embeddings = None
+        self.norm = build_norm(config) if config.embedding_norm else None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden_states = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.scale != 1.0:
+            hidden_states = hidden_states * self.scale
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros(hidden_states.shape[:2], dtype=torch.long, device=hidden_states.device)
+            hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError("token_type_ids were given but the model has no token types (config.type_vocab_size=0).")
+        if self.position_embeddings is not None:
+            hidden_states = hidden_states + self.position_embeddings(position_ids).to(hidden_states.dtype)
+        if self.norm is not None:
+            hidden_states = self.norm(hidden_states)
+        return self.dropout(hidden_states)
+
+
+class AiaynTokenEmbedding(nn.Embedding):
+    """The token embedding table (section 3.4), shared by the stacks of a model and, when tied, by its LM head."""
+
+
+class AiaynPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, attention-backend declarations and config validation shared by all families."""
+
+    config: AiaynConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AiaynLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = True
+    # Auto class name -> model class name, for every Auto class the family supports (set by each family).
+    auto_classes: dict[str, str] = {}
+
+    def __init__(self, config: AiaynConfig, *inputs, **kwargs):
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
+        family (transformers writes only the saved class), so that any head loads from the folder with
+        `trust_remote_code=True` where aiayn is not installed."""
+        modeling_module = type(self).__module__.rsplit(".", 1)[-1]
+        configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
+        self.config.auto_map = {
+            "AutoConfig": f"{configuration_module}.{type(self.config).__name__}",
+            **{auto_class: f"{modeling_module}.{name}" for auto_class, name in self.auto_classes.items()},
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def _flash_attn_can_dispatch(self, flash_attn_version: int, is_init_check: bool = False) -> bool:
+        if self.config.position_embedding_type == "relative":
+            raise ValueError(
+                "Flash attention cannot add the relative position bias to the attention logits; use "
+                "attn_implementation='sdpa', 'flex_attention' or 'eager' with position_embedding_type='relative'."
+            )
+        return super()._flash_attn_can_dispatch(flash_attn_version, is_init_check)
+
+    def _init_weights(self, module: nn.Module):
+        config = self.config
+        if isinstance(module, AiaynTokenEmbedding) and config.scale_embedding:
+            # Scaled by sqrt(d_model) on input, the embeddings then have unit variance, like the sinusoids.
+            init.normal_(module.weight, mean=0.0, std=config.d_model**-0.5)
+        else:
+            super()._init_weights(module)
+        # Non-persistent buffers are not in the checkpoint: rebuild them after from_pretrained.
+        if isinstance(module, AiaynSinusoidalPositionEmbedding):
+            init.copy_(module.inv_freq, inverse_frequencies(module.d_model, 10000.0))
+        elif isinstance(module, AiaynRotaryEmbedding):
+            init.copy_(module.inv_freq, inverse_frequencies(module.head_dim, module.base))
+
+
+def position_ids_from_mask(
+    attention_mask: torch.Tensor | None, past_length: int | torch.Tensor, seq_length: int, device: torch.device
+) -> torch.Tensor:
+    """Positions of the `seq_length` new tokens: their index among the unmasked tokens so far when a 2D mask is given
+    (so left padding shifts nothing), else `past_length + arange(seq_length)`."""
+    if attention_mask is not None and attention_mask.dim() == 2:
+        positions = attention_mask.long().cumsum(-1) - 1
+        return positions[:, -seq_length:].clamp(min=0)
+    return (torch.arange(seq_length, device=device) + past_length).unsqueeze(0)
+
+
+class AiaynStack(AiaynPreTrainedModel):
+    """Embeddings and `num_layers` layers (Figure 1): the encoder (bidirectional self-attention) or the decoder
+    (causal self-attention and, with `has_cross_attention`, encoder-decoder attention). Pre-LN stacks end with a
+    final norm. The position bias (relative) or rotation (rotary) is computed once per call and shared by the layers.
+    """
+
+    _can_record_outputs = {
+        "hidden_states": AiaynLayer,
+        "attentions": AiaynSelfAttention,
+        "cross_attentions": AiaynCrossAttention,
+    }
+
+    def __init__(
+        self,
+        config: AiaynConfig,
+        embed_tokens: nn.Embedding,
+        num_layers: int,
+        is_causal: bool,
+        has_cross_attention: bool = False,
+    ):
+        super().__init__(config)
+        self.is_causal = is_causal
+        self.has_cross_attention = has_cross_attention
+        self.embeddings = AiaynEmbeddings(config, embed_tokens)
+        self.relative_position_bias = (
+            AiaynRelativePositionBias(config, bidirectional=not is_causal)
+            if config.position_embedding_type == "relative"
+            else None
+        )
+        self.rotary_embedding = AiaynRotaryEmbedding(config) if config.position_embedding_type == "rotary" else None
+        self.layers = nn.ModuleList(
+            AiaynLayer(config, layer_idx, is_causal, has_cross_attention) for layer_idx in range(num_layers)
+        )
+        self.final_norm = build_norm(config) if config.norm_first else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.embed_tokens = value
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Specify exactly one of input_ids and inputs_embeds.")
+        if not self.is_causal:
+            cache = None
+        elif use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+            if self.has_cross_attention:
+                cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
+        tokens = input_ids if inputs_embeds is None else inputs_embeds
+        seq_length = tokens.shape[1]
+        if position_ids is None:
+            position_ids = position_ids_from_mask(attention_mask, past_length, seq_length, tokens.device)
+
+        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
+        attention_mask = self._self_attention_mask(hidden_states, attention_mask, self_attention_cache, position_ids)
+        position_bias = None
+        if self.relative_position_bias is not None:
+            key_length = (
+                self_attention_cache.get_mask_sizes(seq_length, 0)[0]
+                if self_attention_cache is not None
+                else seq_length
+            )
+            position_bias = self.relative_position_bias(seq_length, key_length, past_length).to(hidden_states.dtype)
+            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias)
+        position_embeddings = (
+            self.rotary_embedding(position_ids, hidden_states.dtype) if self.rotary_embedding is not None else None
+        )
+        if encoder_hidden_states is not None:
+            encoder_attention_mask = create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                attention_mask,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                position_embeddings=position_embeddings,
+                position_bias=position_bias,
+                cache=cache,
+                **kwargs,
+            )
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+
+    def _self_attention_mask(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None,
+        position_ids: torch.Tensor,
+    ):
+        if self.is_causal:
+            return create_causal_mask(
+                config=self.config,
+                inputs_embeds=hidden_states,
+                attention_mask=attention_mask,
+                cache=cache,
+                position_ids=position_ids,
+                # A position bias is added to the mask, so the causal pattern must be materialised.
+                allow_is_causal_skip=self.relative_position_bias is None,
+            )
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+
+    def _add_position_bias(
+        self, attention_mask, position_bias: torch.Tensor
+    ) -> tuple[torch.Tensor | object, torch.Tensor | None]:
+        """Folds the position bias into the additive mask once for all layers. Returns `(mask, bias)`: flex attention
+        takes the bias separately (its mask is a block mask), every other backend gets it inside the mask."""
+        if "flex_attention" in self.config._attn_implementation:
+            return attention_mask, position_bias
+        if attention_mask is None:
+            return position_bias, None
+        if attention_mask.dtype == torch.bool:
+            return torch.where(attention_mask, position_bias, torch.finfo(position_bias.dtype).min), None
+        return attention_mask + position_bias, None
+
+
+class AiaynClassificationHead(nn.Module):
+    """Dropout and a linear map from pooled features to `num_outputs` scores (BERT's classifier)."""
+
+    def __init__(self, config: AiaynConfig, num_outputs: int):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout_rate)
+        self.out_proj = nn.Linear(config.d_model, num_outputs, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(self.dropout(hidden_states))
+
+
+def last_token_index(
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    pad_token_id: int | None,
+    batch_size: int,
+    seq_length: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """Index of each row's last real token: the last unmasked position (left or right padding), else the last
+    non-pad token, else the last position."""
+    if attention_mask is not None and attention_mask.dim() == 2:
+        is_real = attention_mask.bool()
+    elif input_ids is not None and pad_token_id is not None:
+        is_real = input_ids != pad_token_id
+    else:
+        return torch.full((batch_size,), seq_length - 1, device=device)
+    positions = torch.arange(seq_length, device=device)
+    return (positions * is_real.to(device)).argmax(-1)
+
+
+def sequence_classification_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    config: AiaynConfig,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    **kwargs,
+) -> torch.Tensor:
+    """Cross-entropy, mean squared error or binary cross-entropy, by `config.problem_type` (inferred from the labels
+    as in transformers). With `num_items_in_batch` (the Trainer's count over all accumulated micro-batches), each
+    loss is a sum divided by it, so that gradient accumulation reproduces the full batch's mean for every problem
+    type, not only for single-label classification."""
+    num_labels = config.num_labels
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    labels = labels.to(logits.device)
+    reduction = "mean" if num_items_in_batch is None else "sum"
+    if config.problem_type == "single_label_classification":
+        loss = nn.functional.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1), reduction=reduction)
+    elif config.problem_type == "regression":
+        predictions = logits.squeeze(-1) if num_labels == 1 else logits
+        loss = nn.functional.mse_loss(predictions.float(), labels.view_as(predictions).float(), reduction=reduction)
+    elif config.problem_type == "multi_label_classification":
+        loss = nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
+    else:
+        raise ValueError(f"Unknown problem_type {config.problem_type!r}.")
+    if num_items_in_batch is not None:
+        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+    return loss

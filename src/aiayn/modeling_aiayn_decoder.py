@@ -1,0 +1,298 @@
+"""GPT-style decoder-only models: the paper's decoder stack without encoder-decoder attention, and its heads."""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutputWithPast,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .configuration_aiayn import AiaynDecoderConfig
+from .modeling_aiayn import (
+    AiaynClassificationHead,
+    AiaynPreTrainedModel,
+    AiaynStack,
+    AiaynTokenEmbedding,
+    last_token_index,
+    sequence_classification_loss,
+)
+
+
+class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
+    config: AiaynDecoderConfig
+    # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
+    auto_classes = {
+        "AutoModel": "AiaynDecoderModel",
+        "AutoModelForCausalLM": "AiaynDecoderForCausalLM",
+        "AutoModelForSequenceClassification": "AiaynDecoderForSequenceClassification",
+        "AutoModelForTokenClassification": "AiaynDecoderForTokenClassification",
+        "AutoModelForQuestionAnswering": "AiaynDecoderForQuestionAnswering",
+    }
+
+
+class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
+    """The causal decoder stack: every position attends to itself and the positions before it."""
+
+    def __init__(self, config: AiaynDecoderConfig):
+        super().__init__(config)
+        embed_tokens = AiaynTokenEmbedding(config.vocab_size, config.d_model)
+        self.decoder = AiaynStack(config, embed_tokens, config.num_layers, is_causal=True)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.decoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.decoder.set_input_embeddings(value)
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPast:
+        r"""
+        cache (`Cache`, *optional*):
+            Keys and values of earlier positions (`DynamicCache`, `StaticCache`); with `use_cache` one is created
+            and returned. Positions continue from its length, or from the 2D `attention_mask` when given.
+        """
+        outputs = self.decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return BaseModelOutputWithPast(
+            last_hidden_state=outputs.last_hidden_state,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
+    """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.decoder.embeddings.embed_tokens.weight"}
+
+    def __init__(self, config: AiaynDecoderConfig):
+        super().__init__(config)
+        self.model = AiaynDecoderModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Usually the `input_ids`; the model shifts them, so position i is scored on token i + 1. -100 is ignored.
+        logits_to_keep (`int` or `torch.Tensor`, *optional*):
+            Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        if self.config.scale_decoder_outputs:
+            hidden_states = hidden_states * self.config.d_model**-0.5
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AiaynDecoderForSequenceClassification(AiaynDecoderPreTrainedModel):
+    """Classification or regression from the last real token, which has seen the whole sequence (GPT-2)."""
+
+    def __init__(self, config: AiaynDecoderConfig):
+        super().__init__(config)
+        self.model = AiaynDecoderModel(config)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutputWithPast:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        batch_size, seq_length = hidden_states.shape[:2]
+        last = last_token_index(
+            input_ids, attention_mask, self.config.pad_token_id, batch_size, seq_length, hidden_states.device
+        )
+        logits = self.classifier(hidden_states[torch.arange(batch_size, device=hidden_states.device), last])
+        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
+        return SequenceClassifierOutputWithPast(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AiaynDecoderForTokenClassification(AiaynDecoderPreTrainedModel):
+    """A label for every token, each seeing only its left context."""
+
+    def __init__(self, config: AiaynDecoderConfig):
+        super().__init__(config)
+        self.model = AiaynDecoderModel(config)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TokenClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            A class index per token; -100 for tokens that have none.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=False,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AiaynDecoderForQuestionAnswering(AiaynDecoderPreTrainedModel):
+    """Extractive question answering: start and end scores for every token."""
+
+    def __init__(self, config: AiaynDecoderConfig):
+        super().__init__(config)
+        self.model = AiaynDecoderModel(config)
+        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token indices of the answer span; positions outside the sequence are ignored.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            token_type_ids=token_type_ids,
+            use_cache=False,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "AiaynDecoderPreTrainedModel",
+    "AiaynDecoderModel",
+    "AiaynDecoderForCausalLM",
+    "AiaynDecoderForSequenceClassification",
+    "AiaynDecoderForTokenClassification",
+    "AiaynDecoderForQuestionAnswering",
+]

@@ -1,0 +1,340 @@
+"""BERT-style encoder-only models: the paper's encoder stack with BERT's pooler and heads."""
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.loss.loss_utils import fixed_cross_entropy
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+
+from .configuration_aiayn import AiaynEncoderConfig
+from .modeling_aiayn import (
+    AiaynClassificationHead,
+    AiaynPreTrainedModel,
+    AiaynStack,
+    AiaynTokenEmbedding,
+    build_norm,
+    sequence_classification_loss,
+)
+
+
+class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
+    config: AiaynEncoderConfig
+    # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
+    auto_classes = {
+        "AutoModel": "AiaynEncoderModel",
+        "AutoModelForMaskedLM": "AiaynEncoderForMaskedLM",
+        "AutoModelForSequenceClassification": "AiaynEncoderForSequenceClassification",
+        "AutoModelForTokenClassification": "AiaynEncoderForTokenClassification",
+        "AutoModelForQuestionAnswering": "AiaynEncoderForQuestionAnswering",
+        "AutoModelForMultipleChoice": "AiaynEncoderForMultipleChoice",
+    }
+
+
+class AiaynEncoderPooler(nn.Module):
+    """BERT's pooler: a dense layer and tanh over the first token's final hidden state."""
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))
+
+
+class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
+    """The bidirectional encoder stack; with `add_pooling_layer`, also BERT's pooled first-token output."""
+
+    def __init__(self, config: AiaynEncoderConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        embed_tokens = AiaynTokenEmbedding(config.vocab_size, config.d_model)
+        self.encoder = AiaynStack(config, embed_tokens, config.num_layers, is_causal=False)
+        self.pooler = AiaynEncoderPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.encoder.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        outputs = self.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=outputs.last_hidden_state,
+            pooler_output=self.pooler(outputs.last_hidden_state) if self.pooler is not None else None,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AiaynEncoderMaskedLMHead(nn.Module):
+    """BERT's prediction head: dense, activation and norm, then the projection to the vocabulary (tied to the token
+    embeddings when `tie_word_embeddings`) with a per-token bias."""
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
+        self.act = ACT2FN[config.activation]
+        self.norm = build_norm(config)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))
+
+
+class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.encoder.embeddings.embed_tokens.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"pooler"]
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__(config)
+        self.model = AiaynEncoderModel(config, add_pooling_layer=False)
+        self.lm_head = AiaynEncoderMaskedLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The tokens to predict at masked positions; -100 elsewhere (not shifted).
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AiaynEncoderForSequenceClassification(AiaynEncoderPreTrainedModel):
+    """Classification or regression from the pooled first token (BERT)."""
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__(config)
+        self.model = AiaynEncoderModel(config)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> SequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.pooler_output)
+        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AiaynEncoderForTokenClassification(AiaynEncoderPreTrainedModel):
+    """A label for every token (named entities, tagging)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"pooler"]
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__(config)
+        self.model = AiaynEncoderModel(config, add_pooling_layer=False)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> TokenClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            A class index per token; -100 for tokens that have none.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel):
+    """Extractive question answering: start and end scores for every token (BERT on SQuAD)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"pooler"]
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__(config)
+        self.model = AiaynEncoderModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token indices of the answer span; positions outside the sequence are ignored.
+        """
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel):
+    """Scores each of `num_choices` candidate sequences from its pooled first token (BERT on SWAG)."""
+
+    def __init__(self, config: AiaynEncoderConfig):
+        super().__init__(config)
+        self.model = AiaynEncoderModel(config)
+        self.classifier = AiaynClassificationHead(config, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            One sequence per choice; the other inputs have the same leading dimensions.
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Index of the correct choice.
+        """
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+
+        def one_sequence_per_row(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return tensor.flatten(0, 1) if tensor is not None else None
+
+        outputs = self.model(
+            input_ids=one_sequence_per_row(input_ids),
+            attention_mask=one_sequence_per_row(attention_mask),
+            token_type_ids=one_sequence_per_row(token_type_ids),
+            position_ids=one_sequence_per_row(position_ids),
+            inputs_embeds=one_sequence_per_row(inputs_embeds),
+            **kwargs,
+        )
+        logits = self.classifier(outputs.pooler_output).view(-1, num_choices)
+        loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+__all__ = [
+    "AiaynEncoderPreTrainedModel",
+    "AiaynEncoderModel",
+    "AiaynEncoderForMaskedLM",
+    "AiaynEncoderForSequenceClassification",
+    "AiaynEncoderForTokenClassification",
+    "AiaynEncoderForQuestionAnswering",
+    "AiaynEncoderForMultipleChoice",
+]

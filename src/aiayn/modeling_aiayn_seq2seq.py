@@ -1,0 +1,408 @@
+"""T5-style encoder-decoder models: the paper's translation model (Figure 1) and its heads."""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.loss.loss_utils import ForMaskedLMLoss
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    Seq2SeqQuestionAnsweringModelOutput,
+    Seq2SeqSequenceClassifierOutput,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
+
+from .configuration_aiayn import AiaynSeq2SeqConfig
+from .modeling_aiayn import (
+    AiaynClassificationHead,
+    AiaynPreTrainedModel,
+    AiaynStack,
+    AiaynTokenEmbedding,
+    last_token_index,
+    sequence_classification_loss,
+)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs for teacher forcing: `decoder_start_token_id` followed by the labels without their last token,
+    with the ignored label -100 replaced by the pad token."""
+    shifted = labels.new_empty(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
+    config: AiaynSeq2SeqConfig
+    # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
+    auto_classes = {
+        "AutoModel": "AiaynSeq2SeqModel",
+        "AutoModelForSeq2SeqLM": "AiaynSeq2SeqForConditionalGeneration",
+        "AutoModelForSequenceClassification": "AiaynSeq2SeqForSequenceClassification",
+        "AutoModelForQuestionAnswering": "AiaynSeq2SeqForQuestionAnswering",
+        "AutoModelForTextEncoding": "AiaynSeq2SeqEncoderModel",
+    }
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Used by `DataCollatorForSeq2Seq` to build `decoder_input_ids` from `labels`."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+
+class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
+    """Encoder and decoder stacks sharing one token embedding (section 3.4): the decoder attends causally to its
+    own inputs and fully to the encoder output."""
+
+    # The stacks hold the shared embedding module itself; these entries let save_pretrained store it once.
+    _tied_weights_keys = {
+        "encoder.embeddings.embed_tokens.weight": "shared.weight",
+        "decoder.embeddings.embed_tokens.weight": "shared.weight",
+    }
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
+        self.encoder = AiaynStack(config, self.shared, config.num_layers, is_causal=False)
+        self.decoder = AiaynStack(
+            config, self.shared, config.num_decoder_layers, is_causal=True, has_cross_attention=True
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        self.encoder.set_input_embeddings(value)
+        self.decoder.set_input_embeddings(value)
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        r"""
+        decoder_input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`):
+            Decoder inputs: the targets shifted right behind `decoder_start_token_id` (see `shift_tokens_right`).
+        encoder_outputs (`BaseModelOutput`, *optional*):
+            The encoder's output, when it was already computed (as `generate()` does).
+        cache (`EncoderDecoderCache`, *optional*):
+            Self-attention keys and values of earlier target positions and the cross-attention keys and values.
+        """
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif isinstance(encoder_outputs, tuple):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            position_ids=decoder_position_ids,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, GenerationMixin):
+    """Translation and other text-to-text tasks: the next target token given the source and the target prefix."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.model = AiaynSeq2SeqModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+            Target tokens, -100 where ignored. Position i of the output is scored on `labels[:, i]` (no shift: the
+            decoder inputs are the labels shifted right, built from them when `decoder_input_ids` is not given).
+        """
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        if self.config.scale_decoder_outputs:
+            hidden_states = hidden_states * self.config.d_model**-0.5
+        logits = self.lm_head(hidden_states)
+        loss = None
+        if labels is not None:
+            loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+class _AiaynSeq2SeqReadsWholeInput(AiaynSeq2SeqPreTrainedModel):
+    """Heads that read one sequence with both stacks (BART-style): the encoder sees it and the decoder re-reads it,
+    shifted right, while attending to the encoder."""
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.model = AiaynSeq2SeqModel(config)
+
+    def encode_and_reread(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        decoder_input_ids: torch.LongTensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        encoder_outputs: BaseModelOutput | tuple | None,
+        inputs_embeds: torch.Tensor | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[Seq2SeqModelOutput, torch.Tensor | None, torch.Tensor | None]:
+        """Runs both stacks; without decoder inputs the decoder reads `input_ids` shifted right. Returns the output
+        and the decoder input ids and mask that were used."""
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("Without input_ids, pass decoder_input_ids or decoder_inputs_embeds.")
+            decoder_input_ids = shift_tokens_right(
+                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id
+            )
+            if decoder_attention_mask is None and attention_mask is not None:
+                # The start token is real; the rest of the mask moves with the tokens.
+                decoder_attention_mask = torch.cat(
+                    (attention_mask.new_ones(attention_mask.shape[0], 1), attention_mask[:, :-1]), dim=1
+                )
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        return outputs, decoder_input_ids, decoder_attention_mask
+
+
+class AiaynSeq2SeqForSequenceClassification(_AiaynSeq2SeqReadsWholeInput):
+    """Classification or regression from the decoder state at the last real token (BART's recipe)."""
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqSequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
+        """
+        outputs, decoder_input_ids, decoder_attention_mask = self.encode_and_reread(
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs,
+            inputs_embeds,
+            decoder_inputs_embeds,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        batch_size, seq_length = hidden_states.shape[:2]
+        last = last_token_index(
+            decoder_input_ids,
+            decoder_attention_mask,
+            self.config.pad_token_id,
+            batch_size,
+            seq_length,
+            hidden_states.device,
+        )
+        logits = self.classifier(hidden_states[torch.arange(batch_size, device=hidden_states.device), last])
+        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
+        return Seq2SeqSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+class AiaynSeq2SeqForQuestionAnswering(_AiaynSeq2SeqReadsWholeInput):
+    """Extractive question answering from the decoder states (BART's recipe)."""
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqQuestionAnsweringModelOutput:
+        r"""
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token indices of the answer span in the input; positions outside the sequence are ignored.
+        """
+        outputs, _, _ = self.encode_and_reread(
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs,
+            inputs_embeds,
+            decoder_inputs_embeds,
+            **kwargs,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return Seq2SeqQuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqPreTrainedModel):
+    """The encoder stack of a seq2seq model on its own (like `T5EncoderModel`), e.g. for sentence features."""
+
+    _tied_weights_keys = {"encoder.embeddings.embed_tokens.weight": "shared.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
+        self.encoder = AiaynStack(config, self.shared, config.num_layers, is_causal=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        self.encoder.set_input_embeddings(value)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
+        outputs = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+        )
+        return BaseModelOutput(
+            last_hidden_state=outputs.last_hidden_state,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "AiaynSeq2SeqPreTrainedModel",
+    "AiaynSeq2SeqModel",
+    "AiaynSeq2SeqForConditionalGeneration",
+    "AiaynSeq2SeqForSequenceClassification",
+    "AiaynSeq2SeqForQuestionAnswering",
+    "AiaynSeq2SeqEncoderModel",
+    "shift_tokens_right",
+]

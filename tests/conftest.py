@@ -1,0 +1,74 @@
+"""Tiny models of each family and inputs for them, built from configs: nothing is downloaded."""
+
+import os
+
+import pytest
+import torch
+import transformers
+
+import aiayn
+
+FAMILIES = ("encoder", "decoder", "seq2seq")
+POSITION_TYPES = ("sinusoidal", "learned", "relative", "rotary", "none")
+TINY_PRESET = {"encoder": "tiny-encoder", "decoder": "tiny-decoder", "seq2seq": "tiny"}
+# The head each family is usually used with, and the Auto class that builds it.
+LM_AUTO_CLASS = {
+    "encoder": transformers.AutoModelForMaskedLM,
+    "decoder": transformers.AutoModelForCausalLM,
+    "seq2seq": transformers.AutoModelForSeq2SeqLM,
+}
+VOCAB = 97
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def tiny_config(family: str, **overrides) -> aiayn.AiaynConfig:
+    """A 2-layer, 32-wide model of `family` with dropout off, so that outputs are deterministic."""
+    fields = {
+        "vocab_size": VOCAB,
+        "d_model": 32,
+        "num_heads": 4,
+        "d_ff": 64,
+        "num_layers": 2,
+        "max_position_embeddings": 64,
+        "dropout": 0.0,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+    }
+    if family == "seq2seq":
+        fields["num_decoder_layers"] = 3
+    return aiayn.preset_config(TINY_PRESET[family], **{**fields, **overrides})
+
+
+def lm_model(family: str, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+    """The language-model head of `family` in eval mode, built through its Auto class."""
+    torch.manual_seed(seed)
+    config = tiny_config(family, **overrides)
+    return LM_AUTO_CLASS[family].from_config(config, attn_implementation=attn_implementation).eval()
+
+
+def random_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (batch, length), generator=generator)
+
+
+def padded_batch(batch: int = 3, length: int = 9, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids and a mask with one unpadded row, then right- and left-padded rows (pad id 0)."""
+    ids = random_ids(batch, length, seed)
+    mask = torch.ones_like(ids)
+    mask[1, length - 3 :] = 0
+    mask[2, :2] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def lm_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
+    """Forward arguments: seq2seq models get the same ids as source and as decoder input."""
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if family == "seq2seq":
+        inputs.update(decoder_input_ids=ids, decoder_attention_mask=mask)
+    return inputs
+
+
+@pytest.fixture
+def tmp_folder(tmp_path):
+    return str(tmp_path)

@@ -1,0 +1,192 @@
+import json
+
+import pytest
+import torch
+import transformers
+
+import aiayn
+from aiayn import AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig
+
+
+def test_standard_names_are_aliases_of_the_paper_names():
+    config = AiaynDecoderConfig(hidden_size=96, num_attention_heads=6, num_hidden_layers=3, intermediate_size=200)
+    assert (config.d_model, config.num_heads, config.num_layers, config.d_ff) == (96, 6, 3, 200)
+    assert config.d_kv == config.head_dim == 16
+    config.hidden_size = 128
+    assert config.d_model == 128
+
+
+def test_defaults_are_the_papers_base_model():
+    config = AiaynSeq2SeqConfig()
+    assert (config.d_model, config.d_ff, config.num_heads, config.d_kv) == (512, 2048, 8, 64)
+    assert (config.num_layers, config.num_decoder_layers) == (6, 6)
+    assert config.position_embedding_type == "sinusoidal" and not config.norm_first
+    assert config.scale_embedding and config.tie_word_embeddings and config.scale_attention
+    assert config.dropout == 0.1 and config.hidden_act == "relu"
+
+
+def test_explicit_d_kv_allows_heads_that_do_not_divide_d_model():
+    config = AiaynEncoderConfig(d_model=100, num_heads=3, d_kv=40)
+    assert config.num_heads * config.d_kv == 120
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"d_model": 100, "num_heads": 8}, "d_model"),
+        ({"hidden_act": "tanhh"}, "hidden_act"),
+        ({"hidden_act": "gated-swish"}, "hidden_act"),
+        ({"position_embedding_type": "alibi"}, "position_embedding_type"),
+        ({"norm_type": "batchnorm"}, "norm_type"),
+        ({"vocab_size": 0}, "vocab_size"),
+        ({"num_layers": -2}, "num_layers"),
+        ({"num_heads": 0}, "num_heads"),
+        ({"d_ff": 0}, "d_ff"),
+        ({"d_kv": 0}, "d_kv"),
+        ({"max_position_embeddings": 0}, "max_position_embeddings"),
+        ({"d_model": 32.0}, "d_model"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"attention_dropout": -0.1}, "attention_dropout"),
+        ({"activation_dropout": 1.5}, "activation_dropout"),
+        ({"classifier_dropout": 1.0}, "classifier_dropout"),
+        ({"layer_norm_eps": 0.0}, "layer_norm_eps"),
+        ({"initializer_range": -1.0}, "initializer_range"),
+        ({"type_vocab_size": -1}, "type_vocab_size"),
+        ({"relative_attention_num_buckets": 32}, "relative_attention_num_buckets"),
+        ({"relative_attention_max_distance": 128}, "relative_attention_max_distance"),
+        (
+            {"position_embedding_type": "relative", "relative_attention_num_buckets": -4},
+            "relative_attention_num_buckets",
+        ),
+        ({"rope_theta": 10000.0}, "rope_theta"),
+        ({"position_embedding_type": "rotary", "rope_theta": 0.0}, "rope_theta"),
+        ({"position_embedding_type": "rotary", "d_model": 36, "num_heads": 4}, "d_kv must be even"),
+        ({"d_model": 33, "num_heads": 1}, "d_model must be even"),
+        ({"pad_token_id": 37000}, "pad_token_id"),
+        ({"eos_token_id": -1}, "eos_token_id"),
+    ],
+)
+def test_invalid_fields_raise_value_errors_that_name_them(fields, named):
+    with pytest.raises(ValueError, match=named):
+        AiaynEncoderConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"num_decoder_layers": 0}, "num_decoder_layers"),
+        ({"decoder_start_token_id": None}, "decoder_start_token_id"),
+        ({"decoder_start_token_id": 40000}, "decoder_start_token_id"),
+    ],
+)
+def test_invalid_seq2seq_fields_raise(fields, named):
+    with pytest.raises(ValueError, match=named):
+        AiaynSeq2SeqConfig(**fields)
+
+
+def test_a_config_broken_after_construction_is_refused_by_the_model():
+    config = aiayn.preset_config("tiny-decoder")
+    config.hidden_act = "tanhh"
+    with pytest.raises(ValueError, match="hidden_act"):
+        aiayn.AiaynDecoderForCausalLM(config)
+
+
+def test_invalid_value_in_config_json_names_the_field(tmp_folder):
+    aiayn.preset_config("tiny-encoder").save_pretrained(tmp_folder)
+    path = f"{tmp_folder}/config.json"
+    with open(path) as f:
+        saved = json.load(f)
+    saved["position_embedding_type"] = "sinusoidall"
+    with open(path, "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        transformers.AutoConfig.from_pretrained(tmp_folder)
+
+
+def test_save_and_load_round_trip(tmp_folder):
+    config = aiayn.preset_config("t5-small", num_decoder_layers=4, hidden_act="gated-gelu_new")
+    config.save_pretrained(tmp_folder)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_folder)
+    assert type(loaded) is AiaynSeq2SeqConfig
+    assert loaded.to_diff_dict() == config.to_diff_dict()
+    assert loaded.num_decoder_layers == 4 and loaded.hidden_act == "gated-gelu_new"
+
+
+def test_seq2seq_text_config_of_the_decoder_has_the_decoder_depth():
+    config = AiaynSeq2SeqConfig(num_layers=2, num_decoder_layers=5)
+    assert config.get_text_config(decoder=True).num_hidden_layers == 5
+    assert config.get_text_config().num_hidden_layers == 2
+    assert config.num_layers == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type"),
+    [
+        ("transformer-base", "aiayn_seq2seq"),
+        ("transformer-big", "aiayn_seq2seq"),
+        ("bert-base", "aiayn_encoder"),
+        ("gpt2-small", "aiayn_decoder"),
+        ("t5-small", "aiayn_seq2seq"),
+        ("tiny", "aiayn_seq2seq"),
+        ("tiny-encoder", "aiayn_encoder"),
+        ("tiny-decoder", "aiayn_decoder"),
+    ],
+)
+def test_presets_build_configs_of_their_family(name, model_type):
+    assert aiayn.preset_config(name).model_type == model_type
+    assert aiayn.preset_config(name, num_layers=1).num_layers == 1
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ValueError, match="transformer-base"):
+        aiayn.preset_config("transformer-huge")
+
+
+def test_paper_presets_match_table_3():
+    base, big = aiayn.preset_config("transformer-base"), aiayn.preset_config("transformer-big")
+    assert (base.d_model, base.d_ff, base.num_heads, base.d_kv, base.num_layers, base.dropout) == (
+        512,
+        2048,
+        8,
+        64,
+        6,
+        0.1,
+    )
+    assert (big.d_model, big.d_ff, big.num_heads, big.d_kv, big.num_layers, big.dropout) == (
+        1024,
+        4096,
+        16,
+        64,
+        6,
+        0.3,
+    )
+    for config in (base, big):
+        assert config.num_decoder_layers == 6 and not config.norm_first
+        assert config.position_embedding_type == "sinusoidal" and config.scale_embedding and config.tie_word_embeddings
+
+
+@pytest.mark.parametrize(("name", "paper_millions"), [("transformer-base", 65), ("transformer-big", 213)])
+def test_paper_presets_have_the_papers_parameter_count(name, paper_millions):
+    """Table 3 reports 65M and 213M parameters for the shared 37000-token vocabulary of WMT'14 En-De."""
+    config = aiayn.preset_config(name, vocab_size=37000)
+    with torch.device("meta"):
+        model = transformers.AutoModelForSeq2SeqLM.from_config(config)
+    count = sum(p.numel() for p in model.parameters()) / 1e6
+    assert abs(count - paper_millions) / paper_millions < 0.05, count
+
+
+@pytest.mark.parametrize(
+    ("name", "reference"),
+    [
+        ("bert-base", lambda: transformers.BertForMaskedLM(transformers.BertConfig())),
+        ("gpt2-small", lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config())),
+        ("t5-small", lambda: transformers.T5ForConditionalGeneration(transformers.T5Config())),
+    ],
+)
+def test_reference_shaped_presets_have_the_references_parameter_count(name, reference):
+    config = aiayn.preset_config(name)
+    auto = {"aiayn_encoder": transformers.AutoModelForMaskedLM, "aiayn_decoder": transformers.AutoModelForCausalLM}
+    with torch.device("meta"):
+        model = auto.get(config.model_type, transformers.AutoModelForSeq2SeqLM).from_config(config)
+        reference_model = reference()
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference_model.parameters())

@@ -1,0 +1,122 @@
+"""Saved folders: exact round trips, and loading with trust_remote_code in a process where aiayn is absent."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, padded_batch, tiny_config
+from safetensors import safe_open
+from test_modeling import FAMILY_BASE, HEADS, head_inputs
+
+
+def _outputs(model, inputs) -> dict:
+    """Every tensor a forward returns, by name, in eval mode."""
+    with torch.no_grad():
+        outputs = model.eval()(**inputs)
+    return {k: v for k, v in outputs.items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize(("family", "auto_name"), HEADS)
+def test_save_and_load_are_exact(family, auto_name, tmp_folder):
+    auto_class = getattr(transformers, auto_name)
+    torch.manual_seed(0)
+    model = auto_class.from_config(tiny_config(family, num_labels=3, position_embedding_type="relative"))
+    model.save_pretrained(tmp_folder)
+    loaded = auto_class.from_pretrained(tmp_folder)
+    assert type(loaded) is type(model)
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys()
+    for name, tensor in state.items():
+        assert torch.equal(loaded_state[name], tensor), name
+    inputs = head_inputs(family, auto_name)
+    for name, tensor in _outputs(model, inputs).items():
+        assert torch.equal(_outputs(loaded, inputs)[name], tensor), name
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_folder_holds_safetensors_code_and_the_full_auto_map(family, tmp_folder):
+    config = tiny_config(family)
+    model = transformers.AutoModel.from_config(config)
+    model.save_pretrained(tmp_folder)
+    files = set(os.listdir(tmp_folder))
+    family_module = f"modeling_aiayn_{family}.py"
+    assert {"config.json", "model.safetensors", "configuration_aiayn.py", "modeling_aiayn.py", family_module} <= files
+    assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
+    with open(os.path.join(tmp_folder, "config.json")) as f:
+        auto_map = json.load(f)["auto_map"]
+    expected = {name: f"modeling_aiayn_{family}.{cls}" for name, cls in FAMILY_BASE[family].auto_classes.items()}
+    assert auto_map == {"AutoConfig": f"configuration_aiayn.{type(config).__name__}", **expected}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tied_embeddings_are_stored_once_and_tied_again(family, tmp_folder):
+    auto_class = LM_AUTO_CLASS[family]
+    auto_class.from_config(tiny_config(family)).save_pretrained(tmp_folder)
+    with safe_open(os.path.join(tmp_folder, "model.safetensors"), "pt") as f:
+        embedding_tables = [name for name in f.keys() if f.get_slice(name).get_shape() == [VOCAB, 32]]  # noqa: SIM118
+    assert len(embedding_tables) == 1, embedding_tables
+    loaded = auto_class.from_pretrained(tmp_folder)
+    assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+
+
+LOADER = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["aiayn"] = None  # aiayn cannot be imported: only the folder's own code can build the models
+    import torch, transformers
+
+    folder, family = sys.argv[1], sys.argv[2]
+    expected = torch.load(folder + "/expected.pt")
+    auto_map = json.load(open(folder + "/config.json"))["auto_map"]
+    for auto_name in auto_map:
+        if auto_name == "AutoConfig":
+            continue
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        assert type(model).__name__ == auto_map[auto_name].split(".")[1]
+        if auto_name == expected["auto_name"]:
+            with torch.no_grad():
+                outputs = model(**expected["inputs"])
+            for name, tensor in expected["outputs"].items():
+                assert torch.equal(outputs[name], tensor), name
+            print("exact", auto_name)
+        print("loaded", auto_name)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("family", "auto_name"),
+    [("encoder", "AutoModelForMaskedLM"), ("decoder", "AutoModelForCausalLM"), ("seq2seq", "AutoModelForSeq2SeqLM")],
+)
+def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_name, tmp_path):
+    folder, workdir = tmp_path / "model", tmp_path / "elsewhere"
+    workdir.mkdir()
+    torch.manual_seed(0)
+    model = getattr(transformers, auto_name).from_config(tiny_config(family, position_embedding_type="sinusoidal"))
+    model.save_pretrained(folder)
+    ids, mask = padded_batch()
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if family == "seq2seq":
+        inputs["decoder_input_ids"] = ids
+    torch.save({"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}, folder / "expected.pt")
+
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    environment.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER, str(folder), family],
+        cwd=workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"exact {auto_name}" in result.stdout
+    loaded = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("loaded")}
+    assert loaded == set(FAMILY_BASE[family].auto_classes)
