@@ -502,3 +502,18 @@ def test_device_map_auto_in_bfloat16(family, tmp_folder):
         hidden = model(**inputs).last_hidden_state
     assert hidden.dtype == torch.bfloat16 and torch.isfinite(hidden).all()
     assert model._no_split_modules == {"AiaynLayer"} or list(model._no_split_modules) == ["AiaynLayer"]
+
+
+@pytest.mark.parametrize(
+    ("family", "position"), [("decoder", "relative"), ("seq2seq", "relative"), ("seq2seq", "rotary")]
+)
+def test_flex_attention_agrees_with_eager(family, position):
+    """Flex attention takes block masks and the relative bias as a score modification (compiled on first use)."""
+    ids, mask = padded_batch()
+    logits = {}
+    for implementation in ("eager", "flex_attention"):
+        model = lm_model(family, implementation, position_embedding_type=position)
+        with torch.no_grad():
+            logits[implementation] = model(**lm_inputs(family, ids, mask)).logits
+    real = mask.bool()
+    torch.testing.assert_close(logits["flex_attention"][real], logits["eager"][real], rtol=0, atol=1e-5)

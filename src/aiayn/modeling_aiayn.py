@@ -556,7 +556,7 @@ class AiaynStack(AiaynPreTrainedModel):
                 else seq_length
             )
             position_bias = self.relative_position_bias(seq_length, key_length, past_length).to(hidden_states.dtype)
-            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias)
+            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias, len(hidden_states))
         position_embeddings = (
             self.rotary_embedding(position_ids, hidden_states.dtype) if self.rotary_embedding is not None else None
         )
@@ -605,12 +605,13 @@ class AiaynStack(AiaynPreTrainedModel):
         )
 
     def _add_position_bias(
-        self, attention_mask, position_bias: torch.Tensor
+        self, attention_mask, position_bias: torch.Tensor, batch_size: int
     ) -> tuple[torch.Tensor | object, torch.Tensor | None]:
         """Folds the position bias into the additive mask once for all layers. Returns `(mask, bias)`: flex attention
-        takes the bias separately (its mask is a block mask), every other backend gets it inside the mask."""
+        takes the bias separately, indexed per batch row (its mask is a block mask), every other backend gets it
+        inside the mask."""
         if "flex_attention" in self.config._attn_implementation:
-            return attention_mask, position_bias
+            return attention_mask, position_bias.expand(batch_size, -1, -1, -1)
         if attention_mask is None:
             return position_bias, None
         if attention_mask.dtype == torch.bool:
