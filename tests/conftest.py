@@ -72,3 +72,15 @@ def lm_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor | None = None) 
 @pytest.fixture
 def tmp_folder(tmp_path):
     return str(tmp_path)
+
+
+def word_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A word-level tokenizer over the tiny models' vocabulary: `<pad>`, `<s>`, `</s>`, then `w3` ... `w96`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )

@@ -361,7 +361,13 @@ def test_attention_is_equation_1(scale_attention):
 
 @pytest.mark.parametrize(
     ("hidden_act", "activation"),
-    [("relu", F.relu), ("gelu", F.gelu), ("gelu_new", lambda x: F.gelu(x, approximate="tanh")), ("silu", F.silu)],
+    [
+        ("relu", F.relu),
+        ("gelu", F.gelu),
+        ("gelu_new", lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))),
+        ("gelu_pytorch_tanh", lambda x: F.gelu(x, approximate="tanh")),
+        ("silu", F.silu),
+    ],
 )
 def test_feed_forward_is_equation_2(hidden_act, activation):
     plain = AiaynFeedForward(tiny_config("encoder", hidden_act=hidden_act))

@@ -12,11 +12,11 @@ loads with `trust_remote_code=True` where aiayn is not installed.
 import copy
 from typing import ClassVar
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "relative", "rotary", "none")
 NORM_TYPES = ("layernorm", "rmsnorm")
-BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
+BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 GATED_PREFIX = "gated-"
 
@@ -24,7 +24,9 @@ GATED_PREFIX = "gated-"
 def split_activation(hidden_act: str) -> tuple[str, bool]:
     """Returns `(activation, is_gated)` for a `hidden_act` value.
 
-    `"relu"`, `"gelu"` (erf, BERT), `"gelu_new"` (tanh approximation, GPT-2) and `"silu"` are plain activations;
+    `"relu"`, `"gelu"` (erf, BERT), `"gelu_new"` (the tanh approximation as GPT-2 and T5 compute it),
+    `"gelu_pytorch_tanh"` (the same function in torch's fused kernel: faster and lighter in training, equal up to
+    rounding) and `"silu"` are plain activations;
     `"geglu"`, `"swiglu"`, `"reglu"` and `"gated-<activation>"` are their gated forms `act(x W) * (x V)`
     (Shazeer, 2020). T5 v1.1 is `"gated-gelu_new"`.
     """
@@ -68,8 +70,8 @@ class AiaynConfig(PreTrainedConfig):
         norm_type: `"layernorm"` (the paper, BERT, GPT-2) or `"rmsnorm"` (T5: no mean, no bias).
         layer_norm_eps: epsilon of every norm (BERT 1e-12, GPT-2 1e-5, T5 1e-6).
         hidden_act: activation of the feed-forward network: `"relu"` (the paper, T5 v1.0), `"gelu"` (BERT),
-            `"gelu_new"` (GPT-2), `"silu"`, or a gated form `"geglu"`, `"swiglu"`, `"reglu"`, `"gated-<act>"`
-            (T5 v1.1: `"gated-gelu_new"`).
+            `"gelu_new"` (GPT-2's formula), `"gelu_pytorch_tanh"` (the same function, fused), `"silu"`, or a gated
+            form `"geglu"`, `"swiglu"`, `"reglu"`, `"gated-<act>"` (T5 v1.1: `"gated-gelu_new"`).
         use_bias: biases in the linear projections and norms (the paper, BERT, GPT-2) or none (T5).
 
     Embeddings:
@@ -247,26 +249,62 @@ class AiaynEncoderConfig(AiaynConfig):
     model_type = "aiayn_encoder"
 
 
-class AiaynDecoderConfig(AiaynConfig):
+class AiaynGenerativeConfig(AiaynConfig):
+    """Fields of the families that generate text.
+
+    use_cache: return keys and values of past positions (a `Cache`) so that decoding reuses them.
+    generation_defaults: `GenerationConfig` fields that models built from this config start with in
+        `model.generation_config` (the paper presets: beam search of width 4 with length penalty 0.6). A saved
+        `generation_config.json` takes precedence.
+    """
+
+    model_type = ""
+    use_cache: bool = True
+    generation_defaults: dict | None = None
+    # Entries of `generation_defaults` that are not `GenerationConfig` fields but which the family's `generate` reads.
+    custom_generation_fields: ClassVar[tuple[str, ...]] = ()
+
+    def validate(self):
+        super().validate()
+        if self.generation_defaults is None:
+            return
+        if not isinstance(self.generation_defaults, dict):
+            raise ValueError(f"generation_defaults must be a dict, got {self.generation_defaults!r}.")
+        known = GenerationConfig()
+        unknown = [
+            key
+            for key in self.generation_defaults
+            if not hasattr(known, key) and key not in self.custom_generation_fields
+        ]
+        if unknown:
+            raise ValueError(f"generation_defaults has entries that are not generation parameters: {unknown}.")
+        try:
+            GenerationConfig(**self.generation_defaults).validate(strict=True)
+        except ValueError as error:
+            raise ValueError(f"generation_defaults are invalid: {error}") from error
+
+
+class AiaynDecoderConfig(AiaynGenerativeConfig):
     """GPT-style decoder-only models: a causal stack with a language-model head."""
 
     model_type = "aiayn_decoder"
-    use_cache: bool = True
 
 
-class AiaynSeq2SeqConfig(AiaynConfig):
+class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """T5-style encoder-decoder models; the defaults are the paper's base translation model.
 
     num_decoder_layers: layers of the decoder stack; defaults to `num_layers`.
     decoder_start_token_id: first decoder input, to which labels are shifted right (T5 and Marian use the pad token).
+    generation_defaults: may also hold `max_len_a` and `max_len_b`: each output is then at most
+        `max_len_a * source_length + max_len_b` tokens long (the paper: input length + 50).
 
     The encoder and the decoder always share one token embedding (the paper's shared source-target vocabulary);
     `tie_word_embeddings` also shares it with the pre-softmax projection, the paper's three-way sharing.
     """
 
     model_type = "aiayn_seq2seq"
+    custom_generation_fields: ClassVar[tuple[str, ...]] = ("max_len_a", "max_len_b")
     is_encoder_decoder: bool = True
-    use_cache: bool = True
     num_decoder_layers: int | None = None
     decoder_start_token_id: int | None = 0
 
@@ -302,6 +340,9 @@ def _is_positive_int(value) -> bool:
 FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, "seq2seq": AiaynSeq2SeqConfig}
 
 _PAPER = {"position_embedding_type": "sinusoidal", "norm_first": False, "scale_embedding": True}
+# Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
+# inference to input length + 50, but terminate early when possible".
+PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
 _BERT = {
     "position_embedding_type": "learned",
     "norm_first": False,
@@ -316,7 +357,7 @@ _GPT2 = {
     "position_embedding_type": "learned",
     "norm_first": True,
     "layer_norm_eps": 1e-5,
-    "hidden_act": "gelu_new",
+    "hidden_act": "gelu_pytorch_tanh",  # GPT-2's tanh GELU in one fused kernel; converted GPT-2 weights use gelu_new
     "scale_embedding": False,
     "activation_dropout": 0.0,
 }
@@ -345,6 +386,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
             "num_layers": 6,
             "num_decoder_layers": 6,
             "dropout": 0.1,
+            "generation_defaults": PAPER_DECODING,
         },
     ),
     "transformer-big": (
@@ -358,6 +400,7 @@ PRESETS: dict[str, tuple[str, dict]] = {
             "num_layers": 6,
             "num_decoder_layers": 6,
             "dropout": 0.3,
+            "generation_defaults": PAPER_DECODING,
         },
     ),
     "bert-base": (
@@ -455,7 +498,7 @@ def preset_config(name: str, **overrides) -> AiaynConfig:
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")
     family, fields = PRESETS[name]
-    return FAMILY_CONFIGS[family](**{**fields, **overrides})
+    return FAMILY_CONFIGS[family](**copy.deepcopy({**fields, **overrides}))
 
 
 __all__ = [

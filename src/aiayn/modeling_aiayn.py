@@ -426,6 +426,10 @@ class AiaynPreTrainedModel(PreTrainedModel):
     def __init__(self, config: AiaynConfig, *inputs, **kwargs):
         config.validate()
         super().__init__(config, *inputs, **kwargs)
+        if self.can_generate() and config.generation_defaults:
+            self.generation_config.update(**config.generation_defaults, allow_custom_entries=True)
+            # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.
+            self.generation_config._from_model_config = False
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the

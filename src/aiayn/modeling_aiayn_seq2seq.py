@@ -1,9 +1,11 @@
 """T5-style encoder-decoder models: the paper's translation model (Figure 1) and its heads."""
 
+import math
+
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
+from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -34,6 +36,29 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
     return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class SourceLengthLimitLogitsProcessor(LogitsProcessor):
+    """Ends each output after at most `max_lengths[i]` generated tokens by forcing EOS as the last of them.
+
+    `max_lengths` has one entry per source; rows expanded for beams or returned sequences share their source's
+    limit. Works the same in greedy, sampling and beam search.
+    """
+
+    def __init__(self, max_lengths: torch.Tensor, eos_token_id: int | list[int]):
+        self.max_lengths = max_lengths
+        self.eos_token_ids = torch.tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
+        self.prefix_length = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prefix_length is None:
+            self.prefix_length = input_ids.shape[1]
+        generated = input_ids.shape[1] - self.prefix_length
+        limits = self.max_lengths.to(scores.device).repeat_interleave(scores.shape[0] // len(self.max_lengths))
+        at_limit = (generated >= limits - 1)[:, None]
+        only_eos = torch.full_like(scores, -math.inf)
+        only_eos[:, self.eos_token_ids.to(scores.device)] = 0  # as transformers' ForcedEOSTokenLogitsProcessor
+        return torch.where(at_limit, only_eos, scores)
 
 
 class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
@@ -142,6 +167,41 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, Generati
         self.model = AiaynSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
+
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        **kwargs,
+    ):
+        """`GenerationMixin.generate` with the paper's output-length rule (section 6.1: "input length + 50").
+
+        With `max_len_a` and `max_len_b` (in `generation_config`, as the paper presets set them, or as arguments),
+        each output is at most `max_len_a * source_length + max_len_b` tokens long, EOS included, where
+        `source_length` counts the real tokens of its source. Unless `max_new_tokens` or `max_length` is set, the
+        longest of these limits also bounds the loop.
+        """
+        config = generation_config if generation_config is not None else self.generation_config
+        max_len_a = kwargs.pop("max_len_a", getattr(config, "max_len_a", None))
+        max_len_b = kwargs.pop("max_len_b", getattr(config, "max_len_b", None))
+        if max_len_a is None and max_len_b is None:
+            return super().generate(inputs, generation_config, logits_processor, **kwargs)
+        source = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+        if kwargs.get("attention_mask") is not None:
+            source_lengths = kwargs["attention_mask"].sum(-1)
+        elif source.dim() == 2 and config.pad_token_id is not None:
+            source_lengths = (source != config.pad_token_id).sum(-1)
+        else:
+            source_lengths = torch.full((source.shape[0],), source.shape[1], device=source.device)
+        max_lengths = ((max_len_a or 0) * source_lengths + (max_len_b or 0)).long().clamp(min=1)
+        length_set = [kwargs.get(name, getattr(config, name)) for name in ("max_new_tokens", "max_length")]
+        if length_set == [None, None]:
+            kwargs["max_new_tokens"] = int(max_lengths.max())
+        eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)
+        limit = SourceLengthLimitLogitsProcessor(max_lengths, eos_token_id)
+        logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
+        return super().generate(inputs, generation_config, logits_processor, **kwargs)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple

@@ -1,0 +1,342 @@
+"""generate() for the GPT-style and T5-style families: caches, decoding modes and the paper's decoding recipe."""
+
+import json
+import os
+
+import pytest
+import torch
+import transformers
+from conftest import POSITION_TYPES, VOCAB, lm_model, random_ids, word_tokenizer
+from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
+
+import aiayn
+
+GENERATING = ("decoder", "seq2seq")
+NEW_TOKENS = 8
+# Every row generates exactly NEW_TOKENS tokens, so that comparisons cover whole outputs.
+FULL_LENGTH = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
+BEAM = {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6, "do_sample": False}
+GREEDY = {"do_sample": False}
+
+
+def prompt_batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three prompts of up to 8 tokens: left-padded for the decoder family, right-padded sources for seq2seq."""
+    ids, mask = random_ids(3, 8, seed=5), torch.ones(3, 8, dtype=torch.long)
+    if family == "decoder":
+        mask[1, :3], mask[2, :1] = 0, 0
+    else:
+        mask[1, 5:], mask[2, 7:] = 0, 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def new_tokens(family: str, outputs: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """What generate added: decoder-only outputs start with the prompt, seq2seq outputs with the start token."""
+    return outputs[:, prompt_length:] if family == "decoder" else outputs[:, 1:]
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize("position", POSITION_TYPES)
+@pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam"])
+def test_outputs_are_the_same_with_and_without_cache(family, position, mode):
+    model = lm_model(family, position_embedding_type=position)
+    ids, mask = prompt_batch(family)
+    cached = model.generate(ids, attention_mask=mask, use_cache=True, **mode, **FULL_LENGTH)
+    uncached = model.generate(ids, attention_mask=mask, use_cache=False, **mode, **FULL_LENGTH)
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize("position", POSITION_TYPES)
+@pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam"])
+def test_static_cache_gives_the_dynamic_caches_outputs(family, position, mode):
+    model = lm_model(family, position_embedding_type=position)
+    ids, mask = prompt_batch(family)
+    dynamic = model.generate(ids, attention_mask=mask, **mode, **FULL_LENGTH)
+    static = model.generate(ids, attention_mask=mask, cache_implementation="static", **mode, **FULL_LENGTH)
+    assert torch.equal(static, dynamic)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize("position", POSITION_TYPES)
+@pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam"])
+def test_a_padded_batch_gives_each_prompts_own_outputs(family, position, mode):
+    model = lm_model(family, position_embedding_type=position)
+    ids, mask = prompt_batch(family)
+    batched = model.generate(ids, attention_mask=mask, **mode, **FULL_LENGTH)
+    per_row = mode.get("num_return_sequences", 1)
+    for row in range(len(ids)):
+        alone = ids[row][mask[row].bool()][None]
+        expected = model.generate(alone, **mode, **FULL_LENGTH)
+        got = batched[row * per_row : (row + 1) * per_row]
+        assert torch.equal(new_tokens(family, got, ids.shape[1]), new_tokens(family, expected, alone.shape[1]))
+
+
+@pytest.mark.parametrize("position", POSITION_TYPES)
+def test_incremental_decoder_logits_equal_full_sequence_logits(position):
+    """Prefill with a left-padded prompt, then one token at a time with a growing mask: every step's logits are the
+    full forward's logits at that position."""
+    model = lm_model("decoder", position_embedding_type=position)
+    ids, mask = random_ids(2, 12, seed=6), torch.ones(2, 12, dtype=torch.long)
+    mask[1, :4] = 0
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+        cache = DynamicCache(config=model.config)
+        steps = [model(ids[:, :6], attention_mask=mask[:, :6], cache=cache, use_cache=True).logits]
+        for t in range(6, 12):
+            steps.append(model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], cache=cache, use_cache=True).logits)
+    incremental = torch.cat(steps, dim=1)
+    real = mask.bool()
+    torch.testing.assert_close(incremental[real], full[real], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("position", POSITION_TYPES)
+def test_incremental_seq2seq_logits_equal_full_sequence_logits(position):
+    model = lm_model("seq2seq", position_embedding_type=position)
+    source, mask = random_ids(2, 9, seed=6), torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    target = random_ids(2, 7, seed=7)
+    with torch.no_grad():
+        full = model(source, attention_mask=mask, decoder_input_ids=target).logits
+        encoder_outputs = model.get_encoder()(input_ids=source, attention_mask=mask)
+        cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+        steps = []
+        for t in range(7):
+            outputs = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=mask,
+                decoder_input_ids=target[:, t : t + 1],
+                cache=cache,
+                use_cache=True,
+            )
+            steps.append(outputs.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-5)
+
+
+def test_cross_attention_keys_and_values_are_computed_once_per_source():
+    model = lm_model("seq2seq")
+    projections = []
+    for layer in model.model.decoder.layers:
+        layer.cross_attn.kv_proj.register_forward_hook(lambda module, args, output: projections.append(output))
+    model.generate(random_ids(2, 6), **FULL_LENGTH)
+    assert len(projections) == len(model.model.decoder.layers)
+
+
+def test_past_key_values_is_an_alias_of_cache():
+    model = lm_model("decoder")
+    ids = random_ids(1, 6)
+    with torch.no_grad():
+        cache = model(ids[:, :5], use_cache=True).cache
+        aliased = model(ids[:, 5:], past_key_values=cache).logits
+        full = model(ids).logits[:, 5:]
+    torch.testing.assert_close(aliased, full, rtol=0, atol=1e-5)
+
+
+def test_a_static_cache_passed_by_hand():
+    model = lm_model("decoder", position_embedding_type="relative")
+    ids = random_ids(2, 7)
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with torch.no_grad():
+        model(ids[:, :4], cache=cache, use_cache=True)
+        stepped = model(ids[:, 4:], cache=cache, use_cache=True).logits
+        full = model(ids).logits[:, 4:]
+    torch.testing.assert_close(stepped, full, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize("position", POSITION_TYPES)
+def test_compiled_static_cache_decoding_gives_the_same_tokens(family, position):
+    """The decoding step is captured as one graph (`fullgraph=True`: any graph break raises)."""
+    model = lm_model(family, position_embedding_type=position)
+    ids, mask = prompt_batch(family)
+    expected = model.generate(ids, attention_mask=mask, cache_implementation="static", **FULL_LENGTH)
+    compile_config = CompileConfig(fullgraph=True, backend="eager", dynamic=False)
+    compile_config._compile_all_devices = True  # generate() compiles automatically on accelerators only
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = model.generate(
+        ids, attention_mask=mask, cache_implementation="static", compile_config=compile_config, **FULL_LENGTH
+    )
+    assert torch.equal(compiled, expected)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_max_new_tokens_is_respected(family):
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    outputs = model.generate(ids, attention_mask=mask, max_new_tokens=5, min_new_tokens=5)
+    assert new_tokens(family, outputs, ids.shape[1]).shape == (3, 5)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_generation_stops_at_eos(family):
+    """Make the token row 0 greedily produces third the EOS token: row 0 then ends there, every row is padded after
+    its first EOS, and generation stops once all rows have ended."""
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    free = new_tokens(family, model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS), ids.shape[1])
+    eos = int(free[0, 2])
+    outputs = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, eos_token_id=eos)
+    stopped = new_tokens(family, outputs, ids.shape[1])
+    end = (free[0] == eos).nonzero()[0].item() + 1
+    assert torch.equal(stopped[0, :end], free[0, :end])
+    pad = model.generation_config.pad_token_id
+    for row in stopped:
+        first_eos = (row == eos).nonzero()
+        if len(first_eos):
+            assert (row[first_eos[0] + 1 :] == pad).all()
+    assert stopped.shape[1] < NEW_TOKENS or not (stopped == eos).any(-1).all()
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.8}, {"temperature": 1.3, "top_k": 20, "top_p": 0.95}]
+)
+def test_seeded_sampling_is_reproducible(family, sampling):
+    # An untied head keeps the untrained distribution flat, so that different seeds draw different tokens.
+    model = lm_model(family, tie_word_embeddings=False)
+    ids, mask = prompt_batch(family)
+
+    def sample(seed):
+        torch.manual_seed(seed)
+        return model.generate(ids, attention_mask=mask, do_sample=True, **sampling, **FULL_LENGTH)
+
+    assert torch.equal(sample(0), sample(0))
+    assert not torch.equal(sample(0), sample(1))
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_no_repeat_ngram_size_bans_repeated_bigrams(family):
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    outputs = model.generate(
+        ids, attention_mask=mask, no_repeat_ngram_size=2, repetition_penalty=1.5, max_new_tokens=24, min_new_tokens=24
+    )
+    start = ids.shape[1] if family == "decoder" else 1
+    for row in outputs.tolist():
+        bigrams = list(zip(row, row[1:], strict=False))
+        for t in range(start, len(row)):
+            assert bigrams[t - 1] not in bigrams[: t - 1]
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_beam_search_returns_the_requested_sequences_with_scores(family):
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    outputs = model.generate(
+        ids, attention_mask=mask, return_dict_in_generate=True, output_scores=True, **BEAM, **FULL_LENGTH
+    )
+    assert outputs.sequences.shape[0] == 3 * BEAM["num_return_sequences"]
+    scores = outputs.sequences_scores.view(3, BEAM["num_return_sequences"])
+    assert (scores[:, :-1] >= scores[:, 1:]).all()
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_text_streamer_prints_the_generated_text(family, capsys):
+    tokenizer = word_tokenizer()
+    model = lm_model(family, tie_word_embeddings=False)
+    prompt = tokenizer("w5 w6 w7 w8", return_tensors="pt")
+    streamer = transformers.TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    outputs = model.generate(**prompt, streamer=streamer, **FULL_LENGTH)
+    printed = capsys.readouterr().out
+    generated = new_tokens(family, outputs, prompt["input_ids"].shape[1])[0]
+    assert printed.strip() == tokenizer.decode(generated, skip_special_tokens=True).strip()
+    assert printed.strip()
+
+
+def paper_model(**overrides):
+    config = aiayn.preset_config(
+        "transformer-base",
+        **{
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "num_heads": 4,
+            "d_ff": 64,
+            "num_layers": 1,
+            "num_decoder_layers": 1,
+            "dropout": 0.0,
+            **overrides,
+        },
+    )
+    torch.manual_seed(0)
+    return transformers.AutoModelForSeq2SeqLM.from_config(config).eval()
+
+
+def test_paper_presets_decode_with_the_papers_recipe(tmp_folder):
+    """Section 6.1: beam size 4, length penalty 0.6, outputs of at most input length + 50 tokens."""
+    for name in ("transformer-base", "transformer-big"):
+        config = aiayn.preset_config(name)
+        assert config.generation_defaults == {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
+    model = paper_model()
+    generation_config = model.generation_config
+    assert (generation_config.num_beams, generation_config.length_penalty) == (4, 0.6)
+    assert (generation_config.max_len_a, generation_config.max_len_b) == (1, 50)
+    model.save_pretrained(tmp_folder)
+    with open(os.path.join(tmp_folder, "generation_config.json")) as f:
+        saved = json.load(f)
+    assert {k: saved[k] for k in ("num_beams", "length_penalty", "max_len_a", "max_len_b")} == {
+        "num_beams": 4,
+        "length_penalty": 0.6,
+        "max_len_a": 1,
+        "max_len_b": 50,
+    }
+    reloaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_folder)
+    assert reloaded.generation_config.max_len_b == 50
+
+
+@pytest.mark.parametrize("mode", [{}, {"num_beams": 1}, {"num_beams": 1, "do_sample": True}], ids=str)
+def test_outputs_end_by_input_length_plus_max_len_b(mode):
+    """With EOS never chosen freely, every output runs to its own limit of max_len_a * source_length + max_len_b
+    tokens and ends there with EOS; the paper's rule is max_len_a = 1, max_len_b = 50 (tested with 3 here)."""
+    model = paper_model()
+    source, mask = random_ids(3, 6, seed=8), torch.ones(3, 6, dtype=torch.long)
+    mask[1, 2:], mask[2, 4:] = 0, 0
+    eos, pad = model.generation_config.eos_token_id, VOCAB - 1
+    never_chosen = transformers.SuppressTokensLogitsProcessor([eos, pad])  # runs before the length limit
+    outputs = model.generate(
+        source, attention_mask=mask, max_len_b=3, logits_processor=[never_chosen], pad_token_id=pad, **mode
+    )
+    lengths = (outputs[:, 1:] != pad).sum(-1)
+    assert lengths.tolist() == [6 + 3, 2 + 3, 4 + 3]
+    assert [outputs[row, lengths[row]].item() for row in range(3)] == [eos] * 3
+
+
+def test_the_length_rule_is_off_without_max_len_settings():
+    model = lm_model("seq2seq")
+    assert not hasattr(model.generation_config, "max_len_b")
+    assert model.generate(random_ids(1, 3), max_new_tokens=12, min_new_tokens=12).shape[1] == 13
+    switched_off = {"max_len_a": None, "max_len_b": None, "num_beams": 1}
+    assert (
+        paper_model().generate(random_ids(1, 3), max_new_tokens=60, min_new_tokens=60, **switched_off).shape[1] == 61
+    )
+
+
+def test_invalid_generation_defaults_are_refused():
+    with pytest.raises(ValueError, match="length_penalty"):
+        aiayn.preset_config("tiny", generation_defaults={"length_penalty": 0.6})
+    with pytest.raises(ValueError, match="beam_size"):
+        aiayn.preset_config("tiny", generation_defaults={"beam_size": 4})
+    with pytest.raises(ValueError, match="max_len_b"):
+        aiayn.preset_config("tiny-decoder", generation_defaults={"max_len_b": 50})
+
+
+def test_data_collator_for_seq2seq_builds_decoder_inputs_from_labels():
+    tokenizer = word_tokenizer()
+    model = lm_model("seq2seq")
+    collator = transformers.DataCollatorForSeq2Seq(tokenizer, model=model)
+    features = [
+        {"input_ids": [5, 6, 7, 2], "labels": [8, 9, 2]},
+        {"input_ids": [5, 2], "labels": [10, 11, 12, 13, 2]},
+    ]
+    batch = collator(features)
+    assert batch["labels"].tolist() == [[8, 9, 2, -100, -100], [10, 11, 12, 13, 2]]
+    assert batch["decoder_input_ids"].tolist() == [[0, 8, 9, 2, 0], [0, 10, 11, 12, 13]]
+    assert torch.isfinite(model(**batch).loss)
+
+
+def test_generation_config_takes_the_special_tokens_of_the_config():
+    model = lm_model("seq2seq", pad_token_id=0, eos_token_id=2, decoder_start_token_id=1)
+    generation_config = model.generation_config
+    assert (generation_config.pad_token_id, generation_config.eos_token_id) == (0, 2)
+    assert generation_config.decoder_start_token_id == 1
+    assert model.generate(random_ids(1, 4), max_new_tokens=2)[0, 0].item() == 1
