@@ -43,9 +43,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("presets", help="list the preset configurations with their sizes")
+    convert = commands.add_parser(
+        "convert", help="convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder"
+    )
+    convert.add_argument("source", help="folder written by save_pretrained (model, and tokenizer if any)")
+    convert.add_argument("destination", help="folder to write the aiayn model and tokenizer to")
+    convert.add_argument(
+        "--allow-pickle", action="store_true", help="also read pytorch_model.bin (with torch.load(weights_only=True))"
+    )
     args = parser.parse_args(argv)
     if args.command == "presets":
         print(presets_table())
+    elif args.command == "convert":
+        from .conversion import convert_checkpoint
+
+        try:
+            model = convert_checkpoint(args.source, args.destination, allow_pickle=args.allow_pickle)
+        except ValueError as error:
+            parser.exit(2, f"aiayn convert: error: {error}\n")
+        print(f"wrote {type(model).__name__} to {args.destination}")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ class AiaynConfig(PreTrainedConfig):
             scaled by sqrt(d_model) are drawn with standard deviation d_model^-0.5 instead, as in the paper's
             tensor2tensor code, so that the scaled embeddings and the sinusoids have the same magnitude.
 
-    Special tokens: pad_token_id, bos_token_id, eos_token_id.
+    Special tokens: pad_token_id, bos_token_id, eos_token_id (one id, or a list of ids that all end generation).
     """
 
     model_type = ""
@@ -136,7 +136,7 @@ class AiaynConfig(PreTrainedConfig):
 
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
-    eos_token_id: int | None = 2
+    eos_token_id: int | list[int] | None = 2
 
     def __post_init__(self, **kwargs):
         # The parent sets aliases (hidden_size=...) and unknown kwargs first; the derived fields depend on them.
@@ -196,7 +196,8 @@ class AiaynConfig(PreTrainedConfig):
         self._validate_positions()
         for name in self._token_id_fields():
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
+            ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
+            if value is not None and not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in ids):
                 raise ValueError(f"{name} must be None or a token id in [0, {self.vocab_size}), got {value!r}.")
 
     def _validate_positions(self):

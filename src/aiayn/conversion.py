@@ -1,0 +1,405 @@
+"""Conversion of transformers' BERT, GPT-2, T5 and BART models into aiayn models that compute the same outputs.
+
+`convert_from_hf(model)` translates the config and copies the weights into the aiayn family and head that match the
+model's class; `convert_checkpoint(src, dst)` does the same for a folder saved by transformers and writes a folder
+that loads through the Auto classes, with aiayn installed or with `trust_remote_code=True`.
+
+Every projection maps onto the shared blocks: BERT is a post-LN encoder with learned positions, token types and an
+embedding norm; GPT-2 a pre-LN decoder with learned positions and the tanh GELU; T5 a pre-RMSNorm encoder-decoder
+with the relative position bias, unscaled attention and no biases; BART a post-LN encoder-decoder with learned
+positions (its table is offset by two rows) and embedding norms.
+"""
+
+import json
+import os
+
+import torch
+import transformers
+from transformers import PreTrainedModel
+
+from .configuration_aiayn import AiaynConfig, AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig
+from .modeling_aiayn import AiaynPreTrainedModel
+
+StateDict = dict[str, torch.Tensor]
+
+
+def _label_fields(config) -> dict:
+    """Classification settings that every family config shares with the reference."""
+    fields = {"problem_type": config.problem_type, "initializer_range": getattr(config, "initializer_range", 0.02)}
+    if config.id2label is not None:
+        fields.update(id2label=config.id2label, label2id=config.label2id)
+    return fields
+
+
+def _copy_norm(out: StateDict, state: StateDict, source: str, target: str) -> None:
+    out[f"{target}.weight"] = state[f"{source}.weight"]
+    if f"{source}.bias" in state:
+        out[f"{target}.bias"] = state[f"{source}.bias"]
+
+
+def _copy_linear(out: StateDict, state: StateDict, sources: list[str], target: str, transpose: bool = False) -> None:
+    """`target` = the rows of `sources` stacked (fused projections); GPT-2's Conv1D stores them transposed."""
+    weights = [state[f"{source}.weight"] for source in sources]
+    out[f"{target}.weight"] = torch.cat([w.t() if transpose else w for w in weights], dim=0).contiguous()
+    if f"{sources[0]}.bias" in state:
+        out[f"{target}.bias"] = torch.cat([state[f"{source}.bias"] for source in sources])
+
+
+def _prefixed(state: StateDict, prefix: str) -> StateDict:
+    """The entries of `state` under `prefix.`, without it."""
+    return {name[len(prefix) + 1 :]: tensor for name, tensor in state.items() if name.startswith(prefix + ".")}
+
+
+# BERT ------------------------------------------------------------------------------------------------------------
+
+
+def _bert_config(config: transformers.BertConfig, lm_head_is_tied: bool) -> AiaynEncoderConfig:
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"BERT with position_embedding_type={config.position_embedding_type!r} is not supported.")
+    if config.is_decoder or getattr(config, "add_cross_attention", False):
+        raise ValueError("Only BERT encoders convert; this BERT is configured as a decoder.")
+    return AiaynEncoderConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        d_ff=config.intermediate_size,
+        num_layers=config.num_hidden_layers,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        position_embedding_type="learned",
+        norm_first=False,
+        layer_norm_eps=config.layer_norm_eps,
+        hidden_act=config.hidden_act,
+        scale_embedding=False,
+        embedding_norm=True,
+        tie_word_embeddings=lm_head_is_tied,
+        dropout=config.hidden_dropout_prob,
+        attention_dropout=config.attention_probs_dropout_prob,
+        activation_dropout=0.0,
+        classifier_dropout=config.classifier_dropout,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        **_label_fields(config),
+    )
+
+
+def _bert_encoder(state: StateDict, config: AiaynConfig) -> StateDict:
+    """BertModel's weights as AiaynEncoderModel's."""
+    out = {
+        "encoder.embeddings.embed_tokens.weight": state["embeddings.word_embeddings.weight"],
+        "encoder.embeddings.position_embeddings.weight": state["embeddings.position_embeddings.weight"],
+        "encoder.embeddings.token_type_embeddings.weight": state["embeddings.token_type_embeddings.weight"],
+    }
+    _copy_norm(out, state, "embeddings.LayerNorm", "encoder.embeddings.norm")
+    for i in range(config.num_layers):
+        source, target = f"encoder.layer.{i}", f"encoder.layers.{i}"
+        qkv = [f"{source}.attention.self.{name}" for name in ("query", "key", "value")]
+        _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
+        _copy_linear(out, state, [f"{source}.attention.output.dense"], f"{target}.self_attn.o_proj")
+        _copy_norm(out, state, f"{source}.attention.output.LayerNorm", f"{target}.self_attn_norm")
+        _copy_linear(out, state, [f"{source}.intermediate.dense"], f"{target}.ffn.up_proj")
+        _copy_linear(out, state, [f"{source}.output.dense"], f"{target}.ffn.down_proj")
+        _copy_norm(out, state, f"{source}.output.LayerNorm", f"{target}.ffn_norm")
+    if "pooler.dense.weight" in state:
+        _copy_linear(out, state, ["pooler.dense"], "pooler.dense")
+    return out
+
+
+def _bert_masked_lm_head(state: StateDict) -> StateDict:
+    out = {}
+    _copy_linear(out, state, ["cls.predictions.transform.dense"], "lm_head.dense")
+    _copy_norm(out, state, "cls.predictions.transform.LayerNorm", "lm_head.norm")
+    out["lm_head.decoder.weight"] = state["cls.predictions.decoder.weight"]
+    out["lm_head.decoder.bias"] = state["cls.predictions.decoder.bias"]
+    return out
+
+
+def _bert_classifier_head(state: StateDict) -> StateDict:
+    out = {}
+    _copy_linear(out, state, ["classifier"], "classifier.out_proj")
+    return out
+
+
+# GPT-2 -----------------------------------------------------------------------------------------------------------
+
+
+def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> AiaynDecoderConfig:
+    if config.scale_attn_by_inverse_layer_idx:
+        raise ValueError("GPT-2 with scale_attn_by_inverse_layer_idx=True is not supported.")
+    if config.add_cross_attention:
+        raise ValueError("GPT-2 with cross-attention is not supported.")
+    return AiaynDecoderConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.n_embd,
+        num_heads=config.n_head,
+        d_ff=config.n_inner or 4 * config.n_embd,
+        num_layers=config.n_layer,
+        max_position_embeddings=config.n_positions,
+        scale_attention=config.scale_attn_weights,
+        position_embedding_type="learned",
+        norm_first=True,
+        layer_norm_eps=config.layer_norm_epsilon,
+        hidden_act=config.activation_function,
+        scale_embedding=False,
+        tie_word_embeddings=lm_head_is_tied,
+        dropout=config.resid_pdrop,
+        attention_dropout=config.attn_pdrop,
+        activation_dropout=0.0,
+        classifier_dropout=config.summary_first_dropout,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        **_label_fields(config),
+    )
+
+
+def _gpt2_decoder(state: StateDict, config: AiaynConfig) -> StateDict:
+    """GPT2Model's weights as AiaynDecoderModel's; Conv1D stores its weights as (in, out)."""
+    out = {
+        "decoder.embeddings.embed_tokens.weight": state["wte.weight"],
+        "decoder.embeddings.position_embeddings.weight": state["wpe.weight"],
+    }
+    for i in range(config.num_layers):
+        source, target = f"h.{i}", f"decoder.layers.{i}"
+        _copy_norm(out, state, f"{source}.ln_1", f"{target}.self_attn_norm")
+        _copy_linear(out, state, [f"{source}.attn.c_attn"], f"{target}.self_attn.qkv_proj", transpose=True)
+        _copy_linear(out, state, [f"{source}.attn.c_proj"], f"{target}.self_attn.o_proj", transpose=True)
+        _copy_norm(out, state, f"{source}.ln_2", f"{target}.ffn_norm")
+        _copy_linear(out, state, [f"{source}.mlp.c_fc"], f"{target}.ffn.up_proj", transpose=True)
+        _copy_linear(out, state, [f"{source}.mlp.c_proj"], f"{target}.ffn.down_proj", transpose=True)
+    _copy_norm(out, state, "ln_f", "decoder.final_norm")
+    return out
+
+
+def _lm_head(state: StateDict) -> StateDict:
+    return {"lm_head.weight": state["lm_head.weight"]}
+
+
+# T5 --------------------------------------------------------------------------------------------------------------
+
+
+def _t5_config(config: transformers.T5Config, lm_head_is_tied: bool) -> AiaynSeq2SeqConfig:
+    activation, gated = config.dense_act_fn, config.is_gated_act
+    return AiaynSeq2SeqConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.num_heads,
+        d_kv=config.d_kv,
+        d_ff=config.d_ff,
+        num_layers=config.num_layers,
+        num_decoder_layers=config.num_decoder_layers,
+        scale_attention=False,
+        position_embedding_type="relative",
+        relative_attention_num_buckets=config.relative_attention_num_buckets,
+        relative_attention_max_distance=config.relative_attention_max_distance,
+        norm_first=True,
+        norm_type="rmsnorm",
+        layer_norm_eps=config.layer_norm_epsilon,
+        hidden_act=f"gated-{activation}" if gated else activation,
+        use_bias=False,
+        scale_embedding=False,
+        tie_word_embeddings=lm_head_is_tied,
+        scale_decoder_outputs=config.scale_decoder_outputs,
+        dropout=config.dropout_rate,
+        attention_dropout=config.dropout_rate,
+        activation_dropout=config.dropout_rate,
+        classifier_dropout=config.classifier_dropout,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=getattr(config, "bos_token_id", None),
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        **_label_fields(config),
+    )
+
+
+def _t5_seq2seq(state: StateDict, config: AiaynSeq2SeqConfig) -> StateDict:
+    """T5Model's weights as AiaynSeq2SeqModel's; layer 0 of each stack holds its relative bias table."""
+    out = {"shared.weight": state["shared.weight"]}
+    for stack, num_layers in (("encoder", config.num_layers), ("decoder", config.num_decoder_layers)):
+        bias_table = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        out[f"{stack}.relative_position_bias.embedding.weight"] = state[bias_table]
+        _copy_norm(out, state, f"{stack}.final_layer_norm", f"{stack}.final_norm")
+        for i in range(num_layers):
+            source, target = f"{stack}.block.{i}.layer", f"{stack}.layers.{i}"
+            attention = f"{source}.0.SelfAttention"
+            _copy_linear(out, state, [f"{attention}.{name}" for name in "qkv"], f"{target}.self_attn.qkv_proj")
+            _copy_linear(out, state, [f"{attention}.o"], f"{target}.self_attn.o_proj")
+            _copy_norm(out, state, f"{source}.0.layer_norm", f"{target}.self_attn_norm")
+            ffn = 1
+            if stack == "decoder":
+                cross = f"{source}.1.EncDecAttention"
+                _copy_linear(out, state, [f"{cross}.q"], f"{target}.cross_attn.q_proj")
+                _copy_linear(out, state, [f"{cross}.k", f"{cross}.v"], f"{target}.cross_attn.kv_proj")
+                _copy_linear(out, state, [f"{cross}.o"], f"{target}.cross_attn.o_proj")
+                _copy_norm(out, state, f"{source}.1.layer_norm", f"{target}.cross_attn_norm")
+                ffn = 2
+            dense = f"{source}.{ffn}.DenseReluDense"
+            if f"{dense}.wi.weight" in state:
+                _copy_linear(out, state, [f"{dense}.wi"], f"{target}.ffn.up_proj")
+            else:
+                _copy_linear(out, state, [f"{dense}.wi_0"], f"{target}.ffn.gate_proj")
+                _copy_linear(out, state, [f"{dense}.wi_1"], f"{target}.ffn.up_proj")
+            _copy_linear(out, state, [f"{dense}.wo"], f"{target}.ffn.down_proj")
+            _copy_norm(out, state, f"{source}.{ffn}.layer_norm", f"{target}.ffn_norm")
+    return out
+
+
+# BART ------------------------------------------------------------------------------------------------------------
+
+
+def _bart_config(config: transformers.BartConfig, lm_head_is_tied: bool) -> AiaynSeq2SeqConfig:
+    if config.encoder_ffn_dim != config.decoder_ffn_dim:
+        raise ValueError("BART with different encoder and decoder feed-forward sizes is not supported.")
+    if config.encoder_attention_heads != config.decoder_attention_heads:
+        raise ValueError("BART with different encoder and decoder head counts is not supported.")
+    return AiaynSeq2SeqConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        num_heads=config.encoder_attention_heads,
+        d_ff=config.encoder_ffn_dim,
+        num_layers=config.encoder_layers,
+        num_decoder_layers=config.decoder_layers,
+        max_position_embeddings=config.max_position_embeddings,
+        position_embedding_type="learned",
+        norm_first=False,
+        layer_norm_eps=1e-5,
+        hidden_act=config.activation_function,
+        scale_embedding=config.scale_embedding,
+        embedding_norm=True,
+        tie_word_embeddings=lm_head_is_tied,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        classifier_dropout=config.classifier_dropout,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        **_label_fields(config),
+    )
+
+
+def _bart_seq2seq(state: StateDict, config: AiaynSeq2SeqConfig) -> StateDict:
+    """BartModel's weights as AiaynSeq2SeqModel's. BART looks position p up in row p + 2 of its table."""
+    out = {"shared.weight": state["shared.weight"]}
+    for stack, num_layers in (("encoder", config.num_layers), ("decoder", config.num_decoder_layers)):
+        out[f"{stack}.embeddings.position_embeddings.weight"] = state[f"{stack}.embed_positions.weight"][2:]
+        _copy_norm(out, state, f"{stack}.layernorm_embedding", f"{stack}.embeddings.norm")
+        for i in range(num_layers):
+            source, target = f"{stack}.layers.{i}", f"{stack}.layers.{i}"
+            qkv = [f"{source}.self_attn.{name}_proj" for name in "qkv"]
+            _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
+            _copy_linear(out, state, [f"{source}.self_attn.out_proj"], f"{target}.self_attn.o_proj")
+            _copy_norm(out, state, f"{source}.self_attn_layer_norm", f"{target}.self_attn_norm")
+            if stack == "decoder":
+                cross = f"{source}.encoder_attn"
+                _copy_linear(out, state, [f"{cross}.q_proj"], f"{target}.cross_attn.q_proj")
+                _copy_linear(out, state, [f"{cross}.k_proj", f"{cross}.v_proj"], f"{target}.cross_attn.kv_proj")
+                _copy_linear(out, state, [f"{cross}.out_proj"], f"{target}.cross_attn.o_proj")
+                _copy_norm(out, state, f"{source}.encoder_attn_layer_norm", f"{target}.cross_attn_norm")
+            _copy_linear(out, state, [f"{source}.fc1"], f"{target}.ffn.up_proj")
+            _copy_linear(out, state, [f"{source}.fc2"], f"{target}.ffn.down_proj")
+            _copy_norm(out, state, f"{source}.final_layer_norm", f"{target}.ffn_norm")
+    return out
+
+
+def _bart_lm_head(state: StateDict) -> StateDict:
+    if state["final_logits_bias"].any():
+        raise ValueError("BART with a non-zero final_logits_bias is not supported: aiayn's LM head has no bias.")
+    return _lm_head(state)
+
+
+# reference class -> (aiayn class, reference base-model attribute or None, base weights, head weights)
+_CONVERSIONS = {
+    "BertModel": ("AiaynEncoderModel", None, _bert_encoder, None),
+    "BertForMaskedLM": ("AiaynEncoderForMaskedLM", "bert", _bert_encoder, _bert_masked_lm_head),
+    "BertForSequenceClassification": (
+        "AiaynEncoderForSequenceClassification",
+        "bert",
+        _bert_encoder,
+        _bert_classifier_head,
+    ),
+    "GPT2Model": ("AiaynDecoderModel", None, _gpt2_decoder, None),
+    "GPT2LMHeadModel": ("AiaynDecoderForCausalLM", "transformer", _gpt2_decoder, _lm_head),
+    "T5Model": ("AiaynSeq2SeqModel", None, _t5_seq2seq, None),
+    "T5ForConditionalGeneration": ("AiaynSeq2SeqForConditionalGeneration", "", _t5_seq2seq, _lm_head),
+    "BartModel": ("AiaynSeq2SeqModel", None, _bart_seq2seq, None),
+    "BartForConditionalGeneration": ("AiaynSeq2SeqForConditionalGeneration", "model", _bart_seq2seq, _bart_lm_head),
+}
+SUPPORTED_MODELS = tuple(_CONVERSIONS)
+
+
+def _aiayn_config(model: PreTrainedModel) -> AiaynConfig:
+    """The translated config. Whether the LM head is tied is read off the weights (T5 v1.1 checkpoints are untied
+    although transformers forces `tie_word_embeddings=True` on T5 configs); models without a head keep the config's."""
+    lm_head = model.get_output_embeddings()
+    tied = (
+        model.config.tie_word_embeddings if lm_head is None else lm_head.weight is model.get_input_embeddings().weight
+    )
+    translate = {"bert": _bert_config, "gpt2": _gpt2_config, "t5": _t5_config, "bart": _bart_config}
+    return translate[model.config.model_type](model.config, tied)
+
+
+def convert_from_hf(model: PreTrainedModel) -> AiaynPreTrainedModel:
+    """The aiayn model equivalent to transformers' `model` (one of `SUPPORTED_MODELS`), with its weights and, for
+    generating heads, its generation config. Eval and training mode follow `model`."""
+    import aiayn
+
+    name = type(model).__name__
+    if name not in _CONVERSIONS:
+        raise ValueError(f"Cannot convert {name}; supported models: {', '.join(SUPPORTED_MODELS)}.")
+    class_name, base_attribute, base_weights, head_weights = _CONVERSIONS[name]
+    config = _aiayn_config(model)
+    state = model.state_dict()
+    base_state = state if base_attribute in (None, "") else _prefixed(state, base_attribute)
+    weights = base_weights(base_state, config)
+    if base_attribute is not None:
+        weights = {f"model.{key}": value for key, value in weights.items()}
+        weights.update(head_weights(state))
+
+    converted = getattr(aiayn, class_name)(config).to(next(model.parameters()).dtype)
+    result = converted.load_state_dict(weights, strict=False)
+    # Tied or shared weights are loaded through any one of their names.
+    loaded = {id(converted.get_parameter(key)) for key in weights}
+    missing = [key for key in result.missing_keys if id(converted.get_parameter(key)) not in loaded]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"Converting {name} left weights unmatched: missing {missing}, unexpected {result.unexpected_keys}."
+        )
+    if converted.can_generate() and model.can_generate():
+        converted.generation_config = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    return converted.train(model.training)
+
+
+def convert_checkpoint(source: str, destination: str, allow_pickle: bool = False) -> AiaynPreTrainedModel:
+    """Converts the transformers model saved in folder `source` (and its tokenizer, when it has one) into a folder
+    `destination` that loads with aiayn installed or with `trust_remote_code=True`. Pickled weights
+    (`pytorch_model.bin`) are only read with `allow_pickle`, and then with `torch.load(weights_only=True)`."""
+    config_path = os.path.join(source, "config.json")
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{source} is not a saved model: it has no config.json.")
+    with open(config_path) as f:
+        architectures = json.load(f).get("architectures") or []
+    supported = [name for name in architectures if name in _CONVERSIONS]
+    if not supported:
+        raise ValueError(
+            f"{source} holds {architectures or 'an unnamed architecture'}; "
+            f"supported models: {', '.join(SUPPORTED_MODELS)}."
+        )
+    if not allow_pickle and not any(name.endswith(".safetensors") for name in os.listdir(source)):
+        raise ValueError(
+            f"{source} has no safetensors weights; its pickled weights run code when loaded, so they are only read "
+            "with allow_pickle=True (--allow-pickle), and then with torch.load(weights_only=True)."
+        )
+    model_class = getattr(transformers, supported[0])
+    model = model_class.from_pretrained(source, use_safetensors=None if allow_pickle else True)
+    converted = convert_from_hf(model)
+    converted.save_pretrained(destination)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):
+        tokenizer = None
+    if tokenizer is not None:
+        tokenizer.save_pretrained(destination)
+    return converted

@@ -1,0 +1,254 @@
+"""Converted BERT, GPT-2, T5 and BART checkpoints reproduce transformers' own models (built from random weights)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from conftest import word_tokenizer
+from test_hub import LOADER
+
+import aiayn
+from aiayn.conversion import SUPPORTED_MODELS, convert_checkpoint, convert_from_hf
+
+VOCAB = 97
+TOLERANCE = {"rtol": 0, "atol": 1e-5}
+
+
+def bert_config(**overrides):
+    fields = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    return transformers.BertConfig(
+        **{**fields, "intermediate_size": 64, "max_position_embeddings": 64, "num_labels": 3, **overrides}
+    )
+
+
+def gpt2_config(**overrides):
+    fields = {"vocab_size": VOCAB, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}
+    return transformers.GPT2Config(**{**fields, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, **overrides})
+
+
+def t5_config(**overrides):
+    fields = {"vocab_size": VOCAB, "d_model": 32, "d_kv": 16, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 3}
+    return transformers.T5Config(**{**fields, "num_heads": 4, "decoder_start_token_id": 0, **overrides})
+
+
+def bart_config(**overrides):
+    fields = {
+        "vocab_size": VOCAB,
+        "d_model": 32,
+        "encoder_layers": 2,
+        "decoder_layers": 3,
+        "max_position_embeddings": 64,
+    }
+    sizes = {"encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64}
+    return transformers.BartConfig(**{**fields, **sizes, **overrides})
+
+
+def t5_v1_1(model_class, **overrides):
+    """T5 v1.1: gated-GELU and an LM head of its own. transformers ties every freshly built T5 (it forces
+    `tie_word_embeddings=True`) and unties a loaded v1.1 checkpoint whose head differs, as done here."""
+    model = model_class(t5_config(feed_forward_proj="gated-gelu", tie_word_embeddings=False, **overrides))
+    if hasattr(model, "lm_head"):
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight))
+    return model
+
+
+REFERENCES = {
+    "BertModel": lambda: transformers.BertModel(bert_config()),
+    "BertForMaskedLM": lambda: transformers.BertForMaskedLM(bert_config()),
+    "BertForSequenceClassification": lambda: transformers.BertForSequenceClassification(bert_config()),
+    "GPT2Model": lambda: transformers.GPT2Model(gpt2_config()),
+    "GPT2LMHeadModel": lambda: transformers.GPT2LMHeadModel(gpt2_config()),
+    "T5Model": lambda: transformers.T5Model(t5_config()),
+    "T5ForConditionalGeneration": lambda: transformers.T5ForConditionalGeneration(t5_config()),
+    "T5Model v1.1": lambda: t5_v1_1(transformers.T5Model),
+    "T5ForConditionalGeneration v1.1": lambda: t5_v1_1(transformers.T5ForConditionalGeneration),
+    "BartModel": lambda: transformers.BartModel(bart_config()),
+    "BartForConditionalGeneration": lambda: transformers.BartForConditionalGeneration(bart_config()),
+}
+
+
+REFERENCE_CONFIGS = {"T5ForConditionalGeneration": t5_config, "BartForConditionalGeneration": bart_config}
+
+
+def reference(name: str) -> transformers.PreTrainedModel:
+    torch.manual_seed(0)
+    return REFERENCES[name]().eval()
+
+
+def padded_inputs(name: str) -> dict:
+    """Two right-padded rows (and token types for BERT, a padded target for encoder-decoders)."""
+    generator = torch.Generator().manual_seed(1)
+    ids, mask = torch.randint(3, VOCAB, (2, 9), generator=generator), torch.ones(2, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    pad = 1 if name.startswith("Bart") else 0
+    inputs = {"input_ids": ids.masked_fill(mask == 0, pad), "attention_mask": mask}
+    if name.startswith("Bert"):
+        inputs["token_type_ids"] = (torch.arange(9) >= 4).long().expand(2, -1) * mask
+    if name.startswith(("T5", "Bart")):
+        target, target_mask = torch.randint(3, VOCAB, (2, 5), generator=generator), torch.ones(2, 5, dtype=torch.long)
+        target_mask[0, 3:] = 0
+        inputs.update(decoder_input_ids=target.masked_fill(target_mask == 0, pad), decoder_attention_mask=target_mask)
+    return inputs
+
+
+def compared_outputs(name: str, outputs) -> dict:
+    """The outputs both implementations define, restricted to real (unpadded) positions."""
+    names = ["logits" if "logits" in outputs else "last_hidden_state"]
+    if "encoder_last_hidden_state" in outputs:
+        names.append("encoder_last_hidden_state")
+    if name.startswith("Bert") and "pooler_output" in outputs:
+        names.append("pooler_output")
+    return {key: outputs[key] for key in names}
+
+
+@pytest.mark.parametrize("name", REFERENCES)
+def test_converted_models_reproduce_the_reference(name):
+    model = reference(name)
+    converted = convert_from_hf(model)
+    assert type(converted).__name__.startswith("Aiayn") and not converted.training
+    inputs = padded_inputs(name)
+    with torch.no_grad():
+        expected = compared_outputs(name, model(**inputs))
+        got = compared_outputs(name, converted(**inputs))
+    assert expected.keys() == got.keys()
+    for key in expected:
+        if expected[key].dim() == 3:  # positions: compare the real ones
+            mask = inputs["decoder_attention_mask" if "decoder_attention_mask" in inputs else "attention_mask"]
+            if key == "encoder_last_hidden_state":
+                mask = inputs["attention_mask"]
+            torch.testing.assert_close(got[key][mask.bool()], expected[key][mask.bool()], **TOLERANCE, msg=key)
+        else:
+            torch.testing.assert_close(got[key], expected[key], **TOLERANCE, msg=key)
+
+
+def test_t5_conversion_keeps_ties_and_scaling_as_the_checkpoint_has_them():
+    v1_0 = convert_from_hf(reference("T5ForConditionalGeneration"))
+    assert v1_0.config.tie_word_embeddings and v1_0.config.scale_decoder_outputs
+    assert v1_0.lm_head.weight is v1_0.get_input_embeddings().weight
+    v1_1 = convert_from_hf(reference("T5ForConditionalGeneration v1.1"))
+    assert not v1_1.config.tie_word_embeddings and not v1_1.config.scale_decoder_outputs
+    assert v1_1.config.hidden_act == "gated-gelu_new"
+
+
+def test_converted_gpt2_greedy_decoding_gives_the_references_tokens():
+    model = reference("GPT2LMHeadModel")
+    converted = convert_from_hf(model)
+    ids, mask = torch.randint(3, VOCAB, (3, 7), generator=torch.Generator().manual_seed(2)), torch.ones(3, 7).long()
+    mask[1, :3] = 0  # left padding
+    kwargs = {"attention_mask": mask, "max_new_tokens": 12, "do_sample": False}
+    assert torch.equal(converted.generate(ids, **kwargs), model.generate(ids, **kwargs))
+
+
+@pytest.mark.parametrize(
+    "name", ["T5ForConditionalGeneration", "T5ForConditionalGeneration v1.1", "BartForConditionalGeneration"]
+)
+def test_converted_seq2seq_beam_search_gives_the_references_tokens(name):
+    torch.manual_seed(0)
+    # transformers' T5 sizes its generation cache by the encoder's depth, so its decoder must be as deep to generate.
+    equal_depths = {"num_layers": 3} if name.startswith("T5") else {"encoder_layers": 3}
+    if name.endswith("v1.1"):
+        model = t5_v1_1(transformers.T5ForConditionalGeneration, **equal_depths).eval()
+    else:
+        model = type(reference(name))(REFERENCE_CONFIGS[name](**equal_depths)).eval()
+    converted = convert_from_hf(model)
+    inputs = padded_inputs(name)
+    kwargs = {"attention_mask": inputs["attention_mask"], "max_new_tokens": 10, "num_beams": 4}
+    kwargs.update(length_penalty=0.6, num_return_sequences=2)
+    assert torch.equal(
+        converted.generate(inputs["input_ids"], **kwargs), model.generate(inputs["input_ids"], **kwargs)
+    )
+
+
+def test_unsupported_models_and_features_raise_clear_errors():
+    with pytest.raises(ValueError, match="Cannot convert RobertaModel; supported models: BertModel"):
+        convert_from_hf(transformers.RobertaModel(transformers.RobertaConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+        )))  # fmt: skip
+    with pytest.raises(ValueError, match="position_embedding_type='relative_key'"):
+        convert_from_hf(transformers.BertModel(bert_config(position_embedding_type="relative_key")))
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        convert_from_hf(transformers.GPT2Model(gpt2_config(scale_attn_by_inverse_layer_idx=True)))
+    bart = transformers.BartForConditionalGeneration(bart_config())
+    bart.final_logits_bias.fill_(0.5)
+    with pytest.raises(ValueError, match="final_logits_bias"):
+        convert_from_hf(bart)
+
+
+def test_every_supported_model_is_tested():
+    assert set(SUPPORTED_MODELS) == {name.removesuffix(" v1.1") for name in REFERENCES}
+
+
+def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tmp_path):
+    source, destination, workdir = tmp_path / "t5", tmp_path / "aiayn-t5", tmp_path / "elsewhere"
+    workdir.mkdir()
+    model = reference("T5ForConditionalGeneration v1.1")
+    model.save_pretrained(source)
+    word_tokenizer().save_pretrained(source)
+    result = subprocess.run(
+        [sys.executable, "scripts/convert_checkpoint.py", str(source), str(destination)],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json", "modeling_aiayn_seq2seq.py"} <= set(
+        os.listdir(destination)
+    )
+    inputs = padded_inputs("T5ForConditionalGeneration")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(destination)
+    assert type(loaded) is aiayn.AiaynSeq2SeqForConditionalGeneration
+    with torch.no_grad():
+        logits = loaded(**inputs).logits
+    torch.testing.assert_close(logits, expected, **TOLERANCE)
+    base = transformers.AutoModel.from_pretrained(destination)
+    assert type(base) is aiayn.AiaynSeq2SeqModel
+    assert transformers.AutoTokenizer.from_pretrained(destination).decode([5, 6]) == "w5 w6"
+
+    torch.save(
+        {
+            "auto_name": "AutoModelForSeq2SeqLM",
+            "inputs": inputs,
+            "outputs": {"logits": logits},
+        },
+        destination / "expected.pt",
+    )
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER, str(destination), "seq2seq"], cwd=workdir, env=environment, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "exact AutoModelForSeq2SeqLM" in result.stdout
+
+
+def test_convert_checkpoint_refuses_what_it_cannot_convert(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        convert_checkpoint(str(tmp_path), str(tmp_path / "out"))
+    roberta = transformers.RobertaModel(transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+    ))  # fmt: skip
+    roberta.save_pretrained(tmp_path / "roberta")
+    with pytest.raises(ValueError, match=r"\['RobertaModel'\]; supported models"):
+        convert_checkpoint(str(tmp_path / "roberta"), str(tmp_path / "out"))
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "convert", str(tmp_path / "roberta"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "supported models" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_pickled_weights_are_read_only_when_allowed(tmp_path):
+    model = reference("BertModel")
+    model.config.architectures = ["BertModel"]
+    model.config.save_pretrained(tmp_path / "bert")
+    torch.save(model.state_dict(), tmp_path / "bert" / "pytorch_model.bin")  # a checkpoint of older transformers
+    with pytest.raises(ValueError, match="no safetensors weights.*allow_pickle=True"):
+        convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"))
+    converted = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"), allow_pickle=True)
+    assert torch.equal(converted.get_input_embeddings().weight, model.get_input_embeddings().weight)
