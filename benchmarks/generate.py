@@ -1,8 +1,9 @@
 """Cached `generate()` throughput of aiayn against transformers' GPT-2 and T5 of the same shape.
 
-Each pair runs in one process with its repeats interleaved (A B B A ...), so that a neighbour's load affects both
-alike; the table gives the median new tokens per second of each and their ratio, aiayn / reference. A matmul probe
-beside it tells how fast this machine was during the run.
+Each aiayn model is the conversion of its reference, so both hold the same weights and generate the same tokens
+(checked). Each pair runs in one process with its repeats interleaved (A B B A ...), so that a neighbour's load
+affects both alike; the table gives the median new tokens per second of each and their ratio, aiayn / reference. A
+matmul probe beside it tells how fast this machine was during the run.
 
     python benchmarks/generate.py                    # 1 thread, 5 repeats
     python benchmarks/generate.py --quick --json generate.json
@@ -17,39 +18,29 @@ import time
 import torch
 import transformers
 
-import aiayn
+from aiayn.conversion import convert_from_hf
 
 VOCAB = 32000
 
 
 def gpt2_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
-    """d_model 512, 6 layers, 8 heads, d_ff 2048, learned positions, pre-LN: GPT-2's architecture at the base size."""
+    """GPT-2 at the base size (d_model 512, 6 layers, 8 heads, d_ff 2048, learned positions, pre-LN) and its
+    conversion: the same weights and the same arithmetic."""
     eos = VOCAB - 1
     reference = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(
             vocab_size=VOCAB, n_embd=512, n_layer=6, n_head=8, n_positions=1024, bos_token_id=eos, eos_token_id=eos
         )
     )
-    config = aiayn.preset_config(
-        "gpt2-small",
-        vocab_size=VOCAB,
-        d_model=512,
-        num_layers=6,
-        num_heads=8,
-        d_ff=2048,
-        max_position_embeddings=1024,
-        bos_token_id=eos,
-        eos_token_id=eos,
-    )
-    return transformers.AutoModelForCausalLM.from_config(config), reference
+    return convert_from_hf(reference), reference
 
 
 def t5_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
-    """t5-small's shape: d_model 512, 6 + 6 layers, 8 heads, d_ff 2048, relative positions, pre-RMSNorm."""
-    reference = transformers.T5ForConditionalGeneration(
-        transformers.T5Config(vocab_size=32128, decoder_start_token_id=0)
-    )
-    return transformers.AutoModelForSeq2SeqLM.from_config(aiayn.preset_config("t5-small")), reference
+    """t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_ff 2048, relative positions, pre-RMSNorm) and its
+    conversion."""
+    config = transformers.T5Config(vocab_size=32128, decoder_start_token_id=0)
+    reference = transformers.T5ForConditionalGeneration(config)
+    return convert_from_hf(reference), reference
 
 
 def matmul_gflops(seconds: float = 0.5) -> float:
@@ -69,14 +60,18 @@ def run_case(name, pair, batch, prompt_length, new_tokens, repeats, **generate_k
     kwargs = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "use_cache": True, **generate_kwargs}
     times = {key: [] for key in models}
 
+    def generate(key):
+        with torch.inference_mode():
+            return models[key].eval().generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+
     def timed(key):
         start = time.perf_counter()
-        with torch.inference_mode():
-            models[key].eval().generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+        generate(key)
         return time.perf_counter() - start
 
-    for key in models:
-        timed(key)  # warm-up
+    # The warm-up also checks that both models do the same work: the same weights give the same tokens.
+    if not torch.equal(generate("aiayn"), generate("reference")):
+        raise RuntimeError(f"{name}: aiayn and the reference generated different tokens")
     for repeat in range(repeats):
         for key in models if repeat % 2 == 0 else reversed(models):
             times[key].append(timed(key))

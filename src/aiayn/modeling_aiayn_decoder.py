@@ -19,6 +19,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_aiayn import AiaynDecoderConfig
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -98,7 +99,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)
         self.model = AiaynDecoderModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -247,7 +248,7 @@ class AiaynDecoderForQuestionAnswering(AiaynDecoderPreTrainedModel):
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)
         self.model = AiaynDecoderModel(config)
-        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
         self.post_init()
 
     @can_return_tuple

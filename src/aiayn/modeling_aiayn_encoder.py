@@ -18,6 +18,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from .configuration_aiayn import AiaynEncoderConfig
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -44,7 +45,7 @@ class AiaynEncoderPooler(nn.Module):
 
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
+        self.dense = AiaynLinear(config.d_model, config.d_model, bias=config.use_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden_states[:, 0]))
@@ -98,10 +99,10 @@ class AiaynEncoderMaskedLMHead(nn.Module):
 
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
+        self.dense = AiaynLinear(config.d_model, config.d_model, bias=config.use_bias)
         self.act = ACT2FN[config.activation]
         self.norm = build_norm(config)
-        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.use_bias)
+        self.decoder = AiaynLinear(config.d_model, config.vocab_size, bias=config.use_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(hidden_states))))
@@ -243,7 +244,7 @@ class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel):
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__(config)
         self.model = AiaynEncoderModel(config, add_pooling_layer=False)
-        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
         self.post_init()
 
     @can_return_tuple

@@ -21,6 +21,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_aiayn import AiaynSeq2SeqConfig
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -165,7 +166,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, Generati
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
         self.model = AiaynSeq2SeqModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
     def generate(
@@ -372,7 +373,7 @@ class AiaynSeq2SeqForQuestionAnswering(_AiaynSeq2SeqReadsWholeInput):
 
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
-        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
+        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
         self.post_init()
 
     @can_return_tuple
