@@ -16,13 +16,13 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[$*]"
 	touch $@
 
-demo: $(VENV)/.installed-demo
-	$(BIN)/aiayn presets
+demo: $(VENV)/.installed-demo,plot
+	$(BIN)/aiayn demo --out runs/demo
 
 test: lint
 	$(BIN)/python -m pytest
 
-lint: $(VENV)/.installed-dev
+lint: $(VENV)/.installed-dev,demo,plot
 	$(BIN)/ruff check src tests scripts benchmarks
 	$(BIN)/ruff format --check src tests scripts benchmarks
 

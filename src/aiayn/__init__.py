@@ -6,6 +6,7 @@ built-in ones, and marks them for `save_pretrained` to copy their code next to t
 """
 
 import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq
 from .configuration_aiayn import (
@@ -32,6 +33,9 @@ def _register_family(module, pretrained_class: type[AiaynPreTrainedModel]) -> No
         model_class = getattr(module, class_name)
         getattr(transformers, auto_class_name).register(config_class, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class_name)
+        if auto_class_name == "AutoModelForCausalLM":
+            # The Trainer shifts labels for label smoothing only for the causal LMs named in this table.
+            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config_class.model_type] = class_name
 
 
 _register_family(modeling_aiayn_encoder, modeling_aiayn_encoder.AiaynEncoderPreTrainedModel)

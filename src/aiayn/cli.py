@@ -51,7 +51,22 @@ def main(argv: list[str] | None = None) -> None:
     convert.add_argument(
         "--allow-pickle", action="store_true", help="also read pytorch_model.bin (with torch.load(weights_only=True))"
     )
+    average = commands.add_parser(
+        "average", help="average the weights of checkpoints (the paper averages the last 5 or 20)"
+    )
+    average.add_argument("output", help="folder to write the averaged model to")
+    average.add_argument("checkpoints", nargs="*", help="checkpoint folders, oldest first")
+    average.add_argument("--run-dir", help="a Trainer output folder whose checkpoint-<step> folders to average")
+    average.add_argument("--last", type=int, default=5, help="with --run-dir: how many of the latest checkpoints")
+    average.add_argument("--allow-pickle", action="store_true", help="also read pytorch_model.bin (weights only)")
+    demo = commands.add_parser("demo", help="train, evaluate and save the three families on real text (make demo)")
+    demo.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
+    demo.add_argument("--quick", action="store_true", help="smaller models and fewer steps (about 2 minutes)")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import main as run_demo
+
+        run_demo(args.out, quick=args.quick)
     if args.command == "presets":
         print(presets_table())
     elif args.command == "convert":
@@ -62,6 +77,17 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as error:
             parser.exit(2, f"aiayn convert: error: {error}\n")
         print(f"wrote {type(model).__name__} to {args.destination}")
+    elif args.command == "average":
+        from .averaging import average_checkpoints, checkpoint_folders
+
+        try:
+            if bool(args.run_dir) == bool(args.checkpoints):
+                raise ValueError("give either checkpoint folders or --run-dir, not both")
+            folders = checkpoint_folders(args.run_dir, args.last) if args.run_dir else args.checkpoints
+            average_checkpoints(folders, args.output, allow_pickle=args.allow_pickle)
+        except ValueError as error:
+            parser.exit(2, f"aiayn average: error: {error}\n")
+        print(f"averaged {len(folders)} checkpoints into {args.output}")
 
 
 if __name__ == "__main__":

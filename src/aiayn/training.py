@@ -1,0 +1,380 @@
+"""Training with transformers' `Trainer` and `Seq2SeqTrainer`: the arguments and the task runners behind the
+scripts in `scripts/` and `aiayn demo`, in the conventions of transformers' example scripts (run_clm, run_mlm,
+run_translation, run_t5_mlm).
+
+Tasks: `causal-lm` (decoder family), `masked-lm` (encoder), `translation` (seq2seq), `span-corruption` (seq2seq
+pretraining, T5's objective) and `classification` (any family). Each run loads a corpus (`aiayn.data`), loads or
+trains a tokenizer (`aiayn.tokenization`), builds a model from a preset or loads one, trains, evaluates and saves a
+folder that loads through the Auto classes.
+
+`--paper_recipe` applies the paper's training recipe (section 5.3, 5.4): Adam with beta = (0.9, 0.98) and
+eps = 1e-9; transformers' `inverse_sqrt` schedule with 4000 warmup steps and peak `d_model^-0.5 * 4000^-0.5`, which
+makes the learning rate after `step` optimizer steps `d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`; label
+smoothing 0.1; dropout 0.1.
+"""
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain
+
+import datasets
+import torch
+import transformers
+from transformers import (
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    DataCollatorForSeq2Seq,
+    DataCollatorWithPadding,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    Trainer,
+)
+from transformers.trainer_utils import SchedulerType
+
+from .collators import DataCollatorForSpanCorruption, span_corruption_lengths
+from .configuration_aiayn import preset_config
+from .data import load_corpus
+from .metrics import Accuracy, ChrF, SacreBleu, perplexity
+from .tokenization import config_token_fields, train_tokenizer
+
+TASK_FAMILY = {
+    "causal-lm": "decoder",
+    "masked-lm": "encoder",
+    "translation": "seq2seq",
+    "span-corruption": "seq2seq",
+    "classification": None,  # the family of the preset or the loaded model
+}
+TASK_AUTO_CLASS = {
+    "causal-lm": transformers.AutoModelForCausalLM,
+    "masked-lm": transformers.AutoModelForMaskedLM,
+    "translation": transformers.AutoModelForSeq2SeqLM,
+    "span-corruption": transformers.AutoModelForSeq2SeqLM,
+    "classification": transformers.AutoModelForSequenceClassification,
+}
+DEFAULT_DATASET = {
+    "causal-lm": "shakespeare",
+    "masked-lm": "shakespeare",
+    "translation": "bible-en-de",
+    "span-corruption": "bible-en-de",
+    "classification": "shakespeare",
+}
+PAPER_WARMUP_STEPS = 4000
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train: a saved one (`model_name_or_path`) or a new one from a preset."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A folder saved by save_pretrained to fine-tune; otherwise --preset is built."}
+    )
+    preset: str = field(default="tiny", metadata={"help": "The preset of a new model (see `aiayn presets`)."})
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "Config fields for a new model, e.g. 'd_model=256,num_layers=4,dropout=0.2'."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "A folder with a saved tokenizer; otherwise the model's, or a new one."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a tokenizer trained on the data."})
+    attn_implementation: str | None = field(default=None, metadata={"help": "eager, sdpa, flex_attention, ..."})
+    paper_recipe: bool = field(
+        default=False, metadata={"help": "Adam (0.9, 0.98, 1e-9), inverse-sqrt schedule with 4000 warmup steps, "
+                                 "label smoothing 0.1, dropout 0.1 (sections 5.3, 5.4)."}
+    )  # fmt: skip
+
+
+@dataclass
+class DataArguments:
+    """Which data to train on and how to cut it."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "A built-in corpus (shakespeare, bible-en-de, pydoc), a .txt/.json/.jsonl/.csv file or a "
+                  "hub dataset; defaults to the task's corpus."},
+    )  # fmt: skip
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Configuration of a hub dataset."})
+    text_column: str = field(default="text", metadata={"help": "Column of the text (language modelling, labels)."})
+    label_column: str = field(default="genre", metadata={"help": "Column of the class (classification)."})
+    source_lang: str = field(default="en", metadata={"help": "Source language key of the `translation` column."})
+    target_lang: str = field(default="de", metadata={"help": "Target language key of the `translation` column."})
+    block_size: int = field(default=128, metadata={"help": "Tokens per training block (language modelling)."})
+    max_source_length: int = field(default=128, metadata={"help": "Source tokens kept per example."})
+    max_target_length: int = field(default=128, metadata={"help": "Target tokens kept per example."})
+    max_pair_tokens: int | None = field(
+        default=None, metadata={"help": "Translation: leave out pairs with more tokens than this on either side."}
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked for masked LM."})
+    noise_density: float = field(default=0.15, metadata={"help": "Share of tokens corrupted (span corruption)."})
+    mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean corrupted span length."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many validation examples."})
+
+
+def parse_overrides(text: str | None) -> dict:
+    """`'d_model=256,dropout=0.2,norm_first=true,hidden_act=silu'` as a dict of typed config fields."""
+    fields = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        key, separator, value = (part.strip() for part in item.partition("="))
+        if not separator:
+            raise ValueError(f"config override {item!r} is not of the form key=value.")
+        try:
+            fields[key] = json.loads(value.lower() if value.lower() in ("true", "false", "null") else value)
+        except json.JSONDecodeError:
+            fields[key] = value
+    return fields
+
+
+def apply_paper_recipe(training_args: transformers.TrainingArguments, d_model: int) -> None:
+    """Sets the paper's optimizer, schedule and label smoothing on `training_args` (sections 5.3 and 5.4)."""
+    warmup = int(training_args.warmup_steps) if training_args.warmup_steps >= 1 else PAPER_WARMUP_STEPS
+    training_args.warmup_steps = warmup
+    training_args.lr_scheduler_type = SchedulerType.INVERSE_SQRT
+    training_args.learning_rate = d_model**-0.5 * warmup**-0.5
+    training_args.adam_beta1, training_args.adam_beta2, training_args.adam_epsilon = 0.9, 0.98, 1e-9
+    training_args.weight_decay = 0.0
+    training_args.label_smoothing_factor = 0.1
+
+
+def paper_learning_rate(step: int, d_model: int, warmup: int = PAPER_WARMUP_STEPS) -> float:
+    """Eq. (3): `lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`."""
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def _texts(examples, task: str, data_args: DataArguments) -> Iterator[str]:
+    """The text of a dataset or batch: both sides of translation pairs, else the text column."""
+    columns = examples.column_names if isinstance(examples, datasets.Dataset) else examples
+    if task in ("translation", "span-corruption") and "translation" in columns:
+        for pair in examples["translation"]:
+            yield pair[data_args.source_lang]
+            yield pair[data_args.target_lang]
+    else:
+        yield from examples[data_args.text_column]
+
+
+def _select(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
+    return dataset.select(range(min(count, len(dataset)))) if count is not None else dataset
+
+
+def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: datasets.DatasetDict, data_args, **fields):
+    """The tokenizer (saved, the model's, or trained on the training split) and the model (loaded, or built from the
+    preset with the tokenizer's vocabulary and special tokens, the overrides and `fields`)."""
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    auto_class = TASK_AUTO_CLASS[task]
+    kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+    if model_args.model_name_or_path is not None:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+        model = auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs)
+        return model, tokenizer
+    family = TASK_FAMILY[task] or preset_config(model_args.preset).model_type.removeprefix("aiayn_")
+    if tokenizer_source is not None:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    else:
+        tokenizer = train_tokenizer(family, _texts(corpus["train"], task, data_args), model_args.vocab_size)
+    overrides = parse_overrides(model_args.config_overrides)
+    if model_args.paper_recipe:
+        overrides.setdefault("dropout", 0.1)
+    config = preset_config(model_args.preset, **{**config_token_fields(tokenizer, family), **overrides, **fields})
+    if config.model_type != f"aiayn_{family}":
+        raise ValueError(f"The {task} task needs a {family} preset; {model_args.preset!r} is a {config.model_type}.")
+    return auto_class.from_config(config, **kwargs), tokenizer
+
+
+def group_texts(examples: dict, block_size: int) -> dict:
+    """Concatenates tokenized texts and cuts them into blocks of `block_size` tokens (the remainder is dropped)."""
+    concatenated = {key: list(chain(*examples[key])) for key in examples}
+    total = len(concatenated["input_ids"]) // block_size * block_size
+    return {
+        key: [value[i : i + block_size] for i in range(0, total, block_size)] for key, value in concatenated.items()
+    }
+
+
+def _language_model_blocks(corpus, tokenizer, data_args, block_size: int, append_eos: bool) -> datasets.DatasetDict:
+    def tokenize(examples):
+        texts = examples[data_args.text_column]
+        if append_eos:  # documents are separated by EOS in the token stream
+            texts = [text + tokenizer.eos_token for text in texts]
+        return tokenizer(texts, return_attention_mask=False)
+
+    columns = corpus["train"].column_names
+    tokenized = corpus.map(tokenize, batched=True, remove_columns=columns, desc="Tokenizing")
+    return tokenized.map(lambda e: group_texts(e, block_size), batched=True, desc=f"Grouping into {block_size}")
+
+
+def _masked_accuracy(eval_prediction) -> dict:
+    predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+    selected = labels != -100
+    return Accuracy().compute(predictions=predictions[selected], references=labels[selected])
+
+
+def _argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+def _translation_metrics(tokenizer) -> Callable:
+    def compute(eval_prediction) -> dict:
+        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
+        predictions = predictions.clip(min=0)  # generated sequences are padded with -100 by the trainer
+        labels = labels.clip(min=0).copy()
+        labels[eval_prediction.label_ids == -100] = tokenizer.pad_token_id
+        hypotheses = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = [[text.strip()] for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        scores = SacreBleu().compute(predictions=hypotheses, references=references)
+        return {"bleu": scores["bleu"], "chrf": ChrF().compute(predictions=hypotheses, references=references)["chrf"]}
+
+    return compute
+
+
+def _classification_accuracy(eval_prediction) -> dict:
+    predictions = eval_prediction.predictions.argmax(-1)
+    return Accuracy().compute(predictions=predictions, references=eval_prediction.label_ids)
+
+
+def build_trainer(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> Trainer:
+    """Everything up to `trainer.train()`: data, tokenizer, model, preprocessing, collator, metrics, trainer."""
+    transformers.set_seed(training_args.seed)
+    corpus = load_corpus(data_args.dataset_name or DEFAULT_DATASET[task], data_args.dataset_config_name)
+    corpus = datasets.DatasetDict(
+        train=_select(corpus["train"], data_args.max_train_samples),
+        validation=_select(corpus["validation"], data_args.max_eval_samples),
+    )
+    fields = {}
+    if task == "classification":
+        labels = sorted({label for split in corpus.values() for label in split[data_args.label_column]})
+        fields = {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
+    model, tokenizer = load_model_and_tokenizer(task, model_args, corpus, data_args, **fields)
+    if model_args.paper_recipe:
+        apply_paper_recipe(training_args, model.config.d_model)
+
+    trainer_class, extra = Trainer, {}
+    if task == "causal-lm":
+        dataset = _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=True)
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    elif task == "masked-lm":
+        dataset = _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=False)
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
+        extra = {"compute_metrics": _masked_accuracy, "preprocess_logits_for_metrics": _argmax_logits}
+    elif task == "span-corruption":
+        tokens_length, _ = span_corruption_lengths(
+            data_args.max_source_length, data_args.noise_density, data_args.mean_noise_span_length
+        )
+        if "translation" in corpus["train"].column_names:  # pretraining reads both languages as plain text
+            corpus = corpus.map(lambda e: {data_args.text_column: list(_texts(e, task, data_args))}, batched=True,
+                                remove_columns=corpus["train"].column_names)  # fmt: skip
+        dataset = _language_model_blocks(corpus, tokenizer, data_args, tokens_length, append_eos=False)
+        collator = DataCollatorForSpanCorruption(
+            tokenizer, data_args.noise_density, data_args.mean_noise_span_length, training_args.seed, model
+        )
+        trainer_class = Seq2SeqTrainer
+    elif task == "translation":
+        source, target = data_args.source_lang, data_args.target_lang
+
+        def tokenize(examples):
+            pairs = examples["translation"]
+            encoded = tokenizer([p[source] for p in pairs], max_length=data_args.max_source_length, truncation=True)
+            targets = [pair[target] for pair in pairs]
+            encoded["labels"] = tokenizer(
+                text_target=targets, max_length=data_args.max_target_length, truncation=True
+            )["input_ids"]
+            return encoded
+
+        dataset = corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
+        if data_args.max_pair_tokens is not None:
+            limit = data_args.max_pair_tokens
+            dataset = dataset.filter(lambda e: len(e["input_ids"]) <= limit and len(e["labels"]) <= limit)
+        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+        trainer_class = Seq2SeqTrainer
+        if getattr(training_args, "predict_with_generate", False):
+            extra = {"compute_metrics": _translation_metrics(tokenizer)}
+    else:  # classification
+        label2id = model.config.label2id
+
+        def tokenize(examples):
+            encoded = tokenizer(examples[data_args.text_column], max_length=data_args.block_size, truncation=True)
+            encoded["labels"] = [label2id[label] for label in examples[data_args.label_column]]
+            return encoded
+
+        dataset = corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
+        collator = DataCollatorWithPadding(tokenizer)
+        extra = {"compute_metrics": _classification_accuracy}
+
+    return trainer_class(
+        model=model,
+        args=training_args,
+        train_dataset=dataset["train"],
+        eval_dataset=dataset["validation"],
+        processing_class=tokenizer,
+        data_collator=collator,
+        **extra,
+    )
+
+
+def evaluate(trainer: Trainer, **kwargs) -> dict:
+    """`trainer.evaluate()` with the plain cross-entropy as `eval_loss` (label smoothing is a training device), and
+    its exponential, `eval_perplexity`, for language models."""
+    smoother, trainer.label_smoother = trainer.label_smoother, None
+    try:
+        metrics = trainer.evaluate(**kwargs)
+    finally:
+        trainer.label_smoother = smoother
+    if trainer.model.config.model_type in ("aiayn_decoder", "aiayn_encoder") and "eval_loss" in metrics:
+        metrics["eval_perplexity"] = perplexity(metrics["eval_loss"])
+    return metrics
+
+
+def save_model_folder(trainer: Trainer, folder: str) -> None:
+    """The trained model and its tokenizer as a folder to share: `trainer.save_model` (which gathers the weights
+    under any distributed strategy) without the pickled `training_args.bin` it adds; checkpoints keep theirs."""
+    trainer.save_model(folder)
+    pickled = os.path.join(folder, "training_args.bin")
+    if trainer.is_world_process_zero() and os.path.exists(pickled):
+        os.remove(pickled)
+
+
+def run(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> dict:
+    """Builds the trainer, trains (resuming from `resume_from_checkpoint` when given), evaluates and saves the model
+    and its tokenizer to `output_dir`. Returns the training and evaluation metrics."""
+    trainer = build_trainer(task, model_args, data_args, training_args)
+    metrics = {}
+    if training_args.do_train:
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        metrics.update(result.metrics)
+        save_model_folder(trainer, training_args.output_dir)
+        trainer.save_state()
+    if training_args.do_eval:
+        metrics.update(evaluate(trainer))
+    if trainer.is_world_process_zero():
+        trainer.save_metrics("all", metrics)
+    return metrics
+
+
+def main(task: str, argv: list[str] | None = None) -> dict:
+    """Command-line entry point of a task: parses `ModelArguments`, `DataArguments` and `Seq2SeqTrainingArguments`
+    (transformers' training flags) and runs it."""
+    if task not in TASK_AUTO_CLASS:
+        raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASK_AUTO_CLASS)}.")
+    parser = transformers.HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
+    if argv is not None and len(argv) == 1 and argv[0].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    try:
+        return run(task, model_args, data_args, training_args)
+    finally:
+        # Under torchrun or accelerate: leaving the process group alive lets its threads abort the exit (SIGABRT).
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+__all__ = [
+    "ModelArguments",
+    "DataArguments",
+    "apply_paper_recipe",
+    "paper_learning_rate",
+    "build_trainer",
+    "evaluate",
+    "save_model_folder",
+    "run",
+    "main",
+]

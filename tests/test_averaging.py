@@ -1,0 +1,97 @@
+"""Checkpoint averaging: the float32 mean of the weights, written as a loadable folder, and clear refusals."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from conftest import lm_model, padded_batch, tiny_config
+from safetensors.torch import load_file
+
+import aiayn
+from aiayn.averaging import average_checkpoints, checkpoint_folders
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def saved_checkpoints(tmp_path, count: int = 3, dtype=torch.float32, family: str = "seq2seq") -> list[str]:
+    folders = []
+    for seed in range(count):
+        folder = tmp_path / f"checkpoint-{(seed + 1) * 10}"
+        lm_model(family, seed=seed).to(dtype).save_pretrained(folder)
+        folders.append(str(folder))
+    return folders
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_average_is_the_float32_mean_in_the_checkpoints_dtype(dtype, tmp_path):
+    folders = saved_checkpoints(tmp_path, dtype=dtype)
+    averaged = average_checkpoints(folders, str(tmp_path / "averaged"))
+    states = [load_file(os.path.join(folder, "model.safetensors")) for folder in folders]
+    for name, tensor in averaged.items():
+        expected = (sum(state[name].float() for state in states) / 3).to(dtype)
+        assert tensor.dtype == dtype and torch.equal(tensor, expected), name
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "averaged")
+    assert torch.equal(model.model.shared.weight, averaged["model.shared.weight"])
+    assert model.lm_head.weight is model.model.shared.weight
+    ids, mask = padded_batch()
+    assert torch.isfinite(model(ids, attention_mask=mask, decoder_input_ids=ids).logits).all()
+
+
+def test_different_models_are_refused(tmp_path):
+    first = tmp_path / "small"
+    lm_model("decoder").save_pretrained(first)
+    wider = tmp_path / "wider"
+    transformers.AutoModelForCausalLM.from_config(tiny_config("decoder", d_ff=128)).save_pretrained(wider)
+    with pytest.raises(ValueError, match=r"ffn\.down_proj\.weight of shape \(32, 128\).*has \(32, 64\)"):
+        average_checkpoints([str(first), str(wider)], str(tmp_path / "out"))
+    encoder = tmp_path / "encoder"
+    lm_model("encoder").save_pretrained(encoder)
+    with pytest.raises(ValueError, match="different model families"):
+        average_checkpoints([str(first), str(encoder)], str(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out" / "model.safetensors")
+
+
+def test_pickled_checkpoints_are_refused_unless_allowed(tmp_path):
+    folders = saved_checkpoints(tmp_path, count=2)
+    for folder in folders:
+        state = load_file(os.path.join(folder, "model.safetensors"))
+        os.remove(os.path.join(folder, "model.safetensors"))
+        torch.save(state, os.path.join(folder, "pytorch_model.bin"))
+    with pytest.raises(ValueError, match="pickled weights"):
+        average_checkpoints(folders, str(tmp_path / "out"))
+    averaged = average_checkpoints(folders, str(tmp_path / "out"), allow_pickle=True)
+    assert set(os.listdir(tmp_path / "out")) >= {"model.safetensors", "config.json"}
+    assert "pytorch_model.bin" not in os.listdir(tmp_path / "out")
+    assert averaged
+
+
+def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path):
+    run = tmp_path / "run"
+    model = aiayn.AiaynDecoderForCausalLM(tiny_config("decoder"))
+    ids, mask = padded_batch()
+    rows = [{"input_ids": ids[i], "attention_mask": mask[i], "labels": ids[i].masked_fill(mask[i] == 0, -100)}
+            for i in range(3)]  # fmt: skip
+    args = transformers.TrainingArguments(
+        output_dir=str(run), max_steps=4, save_steps=1, per_device_train_batch_size=1, report_to="none",
+        use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    transformers.Trainer(model=model, args=args, train_dataset=rows).train()
+    assert [os.path.basename(f) for f in checkpoint_folders(str(run), 3)] == [f"checkpoint-{s}" for s in (2, 3, 4)]
+    result = subprocess.run(
+        [sys.executable, "scripts/average_checkpoints.py", str(tmp_path / "avg"), "--run-dir", str(run), "--last",
+         "3"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    files = set(os.listdir(tmp_path / "avg"))
+    assert {"model.safetensors", "config.json", "modeling_aiayn_decoder.py"} <= files
+    assert not files & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state.pth"}
+    transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "avg")
+    too_many = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "average", str(tmp_path / "x"), "--run-dir", str(run), "--last", "9"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert too_many.returncode == 2 and "has 4 checkpoint folders; 9 were asked for" in too_many.stderr

@@ -1,0 +1,58 @@
+"""`aiayn demo --quick` end to end, and the figures."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import transformers
+from conftest import lm_model, word_tokenizer
+
+from aiayn import plots
+
+
+def test_quick_demo_trains_evaluates_saves_and_reloads_the_three_families(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn.cli", "demo", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "=== summary" in result.stdout and "ROMEO" in result.stdout and "[MASK]" in result.stdout
+    with open(tmp_path / "summary.json") as f:
+        summary = json.load(f)
+    assert set(summary) == {"gpt-shakespeare", "bert-shakespeare", "transformer-en-de"}
+    assert math.isfinite(summary["gpt-shakespeare"]["eval_perplexity"])
+    assert 0 <= summary["bert-shakespeare"]["eval_accuracy"] <= 1
+    assert {"eval_bleu", "eval_chrf"} <= set(summary["transformer-en-de"])
+    for name, auto_class in (
+        ("gpt-shakespeare", transformers.AutoModelForCausalLM),
+        ("bert-shakespeare", transformers.AutoModelForMaskedLM),
+        ("transformer-en-de", transformers.AutoModelForSeq2SeqLM),
+    ):
+        folder = tmp_path / name
+        assert {"model.safetensors", "config.json", "tokenizer.json", "loss.png", "attention.png"} <= set(
+            os.listdir(folder)
+        )
+        model = auto_class.from_pretrained(folder)
+        assert model.config.vocab_size == len(transformers.AutoTokenizer.from_pretrained(folder))
+    translation = tmp_path / "transformer-en-de"
+    assert transformers.AutoModelForSeq2SeqLM.from_pretrained(translation).generation_config.num_beams == 4
+    assert (translation / "positional_encoding.png").exists()
+
+
+def test_figures_are_written(tmp_path):
+    paths = [plots.positional_encoding_heatmap(str(tmp_path / "pe.png"), d_model=64, positions=50)]
+    history = [{"step": s, "loss": 5.0 / s, "learning_rate": 1e-3 * s} for s in range(1, 6)] + [
+        {"step": 5, "eval_loss": 1.2}
+    ]
+    paths.append(plots.loss_curves(str(tmp_path / "loss.png"), history))
+    paths.append(plots.learning_rate_plot(str(tmp_path / "lr.png"), history))
+    model = lm_model("encoder", "sdpa")
+    paths.append(plots.attention_heatmaps(str(tmp_path / "attention.png"), model, word_tokenizer(), "w5 w6 w7 w8"))
+    assert model.config._attn_implementation == "sdpa"  # restored after drawing with eager attention
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"

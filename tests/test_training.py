@@ -1,0 +1,196 @@
+"""Training with the Trainer: the paper's recipe, label smoothing and gradient accumulation, the task scripts."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import transformers
+from conftest import VOCAB, lm_model, random_ids, tiny_config, word_tokenizer
+from torch.nn import functional as F
+
+import aiayn
+from aiayn.training import DataArguments, ModelArguments, apply_paper_recipe, main, paper_learning_rate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def trainer_for(model, **arguments) -> transformers.Trainer:
+    args = transformers.TrainingArguments(output_dir="unused", report_to="none", use_cpu=True, **arguments)
+    return transformers.Trainer(model=model, args=args)
+
+
+def test_paper_recipe_uses_transformers_inverse_sqrt_schedule_which_is_equation_3():
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) after `step` optimizer steps, for d_model 512 and
+    4000 warmup steps, through transformers' own `inverse_sqrt` scheduler."""
+    model = aiayn.AiaynSeq2SeqForConditionalGeneration(tiny_config("seq2seq", d_model=512, num_heads=8, dropout=0.1))
+    trainer = trainer_for(model)
+    apply_paper_recipe(trainer.args, model.config.d_model)
+    trainer.create_optimizer_and_scheduler(num_training_steps=100_000)
+    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
+    assert (
+        type(scheduler).__module__ == "torch.optim.lr_scheduler" and trainer.args.lr_scheduler_type == "inverse_sqrt"
+    )
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    assert trainer.args.label_smoothing_factor == 0.1 and trainer.args.warmup_steps == 4000
+    base = trainer.args.learning_rate
+    for step in [1, 2, 10, 1000, 3999, 4000, 4001, 10_000, 99_999]:
+        assert math.isclose(scheduler.lr_lambdas[0](step) * base, paper_learning_rate(step, 512), rel_tol=1e-12)
+    peak = paper_learning_rate(4000, 512)
+    assert math.isclose(peak, 512**-0.5 * 4000**-0.5, rel_tol=1e-12) and math.isclose(base, peak, rel_tol=1e-12)
+    for step in range(1, 4):  # the rate the scheduler reports after each optimizer step
+        optimizer.step()
+        scheduler.step()
+        assert math.isclose(scheduler.get_last_lr()[0], paper_learning_rate(step, 512), rel_tol=1e-12)
+
+
+def test_paper_recipe_flag_sets_dropout_of_new_models(tmp_path):
+    trainer = aiayn.training.build_trainer(
+        "causal-lm",
+        ModelArguments(preset="tiny-decoder", vocab_size=300, config_overrides="dropout=0.0", paper_recipe=True),
+        DataArguments(dataset_name="pydoc", block_size=32, max_train_samples=4, max_eval_samples=2),
+        transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", max_steps=1),
+    )
+    assert trainer.model.config.dropout == 0.0  # an explicit override wins
+    assert trainer.args.lr_scheduler_type == "inverse_sqrt" and trainer.args.adam_beta2 == 0.98
+
+
+def smoothed_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, shift=True) -> torch.Tensor:
+    """By hand: position t predicts labels[t + 1]; (1 - eps) * NLL + eps * mean over the vocabulary of -log p,
+    averaged over the predicted (non -100) tokens. `shift=False` is the mistake of scoring position t on labels[t]."""
+    if shift:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    logits, targets = logits.reshape(-1, VOCAB), labels.reshape(-1)
+    kept = targets != -100
+    log_probs = F.log_softmax(logits[kept].double(), dim=-1)
+    nll = -log_probs.gather(1, targets[kept, None]).squeeze(1)
+    return ((1 - epsilon) * nll - epsilon * log_probs.mean(-1)).mean()
+
+
+def padded_lm_batch(lengths: list[int]) -> dict:
+    ids = random_ids(len(lengths), max(lengths), seed=11)
+    mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def test_trainer_label_smoothing_shifts_the_labels_of_aiayn_causal_lms():
+    """transformers' Trainer shifts the labels for label smoothing only for causal LMs it knows by name; importing
+    aiayn adds AiaynDecoderForCausalLM, so plain TrainingArguments(label_smoothing_factor=0.1) is right."""
+    model = lm_model("decoder")
+    trainer = trainer_for(model, label_smoothing_factor=0.1)
+    batch = padded_lm_batch([7, 5, 3])
+    loss = trainer.compute_loss(model, dict(batch))
+    with torch.no_grad():
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+    expected = smoothed_causal_lm_loss(logits, batch["labels"], 0.1)
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-6, atol=0)
+    unshifted = smoothed_causal_lm_loss(logits, batch["labels"], 0.1, shift=False)
+    assert not math.isclose(loss.item(), unshifted.item(), rel_tol=1e-3)
+
+
+class ListDataset(torch.utils.data.Dataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_gradient_accumulation_gives_the_full_batch_step(smoothing, tmp_path):
+    """One step over 4 sequences of different lengths: one batch of 4, or 2 accumulated micro-batches of 2, give the
+    same loss (the hand-computed full-batch loss) and the same weights: every micro-batch is divided by the token
+    count of the whole accumulated batch, not by its own."""
+    batch = padded_lm_batch([9, 2, 6, 3])
+    rows = [{key: value[i] for key, value in batch.items()} for i in range(4)]
+    results = []
+    for batch_size, accumulation in ((4, 1), (2, 2)):
+        model = lm_model("decoder")
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        expected = smoothed_causal_lm_loss(logits, batch["labels"], smoothing)
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / f"{batch_size}"), report_to="none", use_cpu=True, max_steps=1,
+            per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation, learning_rate=0.5,
+            optim="sgd", lr_scheduler_type="constant", label_smoothing_factor=smoothing, save_strategy="no",
+            logging_steps=1, disable_tqdm=True,
+        )  # fmt: skip
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=ListDataset(rows))
+        loss = trainer.train().training_loss
+        assert math.isclose(loss, expected.item(), rel_tol=1e-5), (batch_size, loss, expected.item())
+        results.append({name: p.detach().clone() for name, p in model.named_parameters()})
+    for name, weight in results[0].items():
+        torch.testing.assert_close(results[1][name], weight, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("task", "arguments"),
+    [
+        ("causal-lm", ["--preset", "tiny-decoder", "--block_size", "32"]),
+        ("masked-lm", ["--preset", "tiny-encoder", "--block_size", "32"]),
+        ("translation", ["--preset", "tiny", "--dataset_name", "bible-en-de", "--predict_with_generate"]),
+        ("span-corruption", ["--preset", "tiny", "--max_source_length", "32"]),
+        ("classification", ["--preset", "tiny-decoder", "--block_size", "32"]),
+    ],
+)
+def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, arguments, tmp_path):
+    output = tmp_path / task
+    common = [
+        "--output_dir", str(output), "--do_train", "--do_eval", "--max_steps", "3", "--vocab_size", "400",
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--max_train_samples", "64",
+        "--max_eval_samples", "16", "--report_to", "none", "--disable_tqdm", "true", "--max_target_length", "32",
+        "--dataloader_pin_memory", "false",
+    ]  # fmt: skip
+    metrics = main(task, [*arguments, *common])
+    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["eval_loss"])
+    expected_metric = {"causal-lm": "eval_perplexity", "masked-lm": "eval_accuracy", "translation": "eval_bleu",
+                       "classification": "eval_accuracy"}.get(task)  # fmt: skip
+    assert expected_metric is None or expected_metric in metrics
+    auto_class = aiayn.training.TASK_AUTO_CLASS[task]
+    model = auto_class.from_pretrained(output)
+    assert type(model).__name__.startswith("Aiayn")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+    assert len(tokenizer) == model.config.vocab_size and tokenizer.pad_token_id == model.config.pad_token_id
+    with open(output / "all_results.json") as f:
+        assert json.load(f)["eval_loss"] == metrics["eval_loss"]
+    assert not [name for name in os.listdir(output) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+
+
+def test_translation_script_with_the_paper_recipe_from_the_command_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "scripts/run_translation.py", "--output_dir", str(tmp_path), "--do_train",
+         "--preset", "transformer-base", "--config_overrides", "d_model=32,num_heads=4,d_ff=64,num_layers=1,"
+         "num_decoder_layers=1", "--paper_recipe", "--max_steps", "2", "--vocab_size", "300",
+         "--max_train_samples", "32", "--per_device_train_batch_size", "4", "--report_to", "none",
+         "--max_source_length", "24", "--dataloader_pin_memory", "false"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "trainer_state.json") as f:
+        state = json.load(f)
+    assert state["global_step"] == 2
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    assert model.generation_config.num_beams == 4 and model.generation_config.max_len_b == 50
+
+
+def test_causal_lm_and_seq2seq_trainers_smooth_labels_without_nan():
+    """Seq2SeqTrainer smooths unshifted labels; DataCollatorForSeq2Seq supplies the decoder inputs it then needs."""
+    model = lm_model("seq2seq")
+    trainer = trainer_for(model, label_smoothing_factor=0.1)
+    collator = transformers.DataCollatorForSeq2Seq(word_tokenizer(), model=model)
+    batch = collator([{"input_ids": [5, 6, 7, 2], "labels": [8, 9, 2]}, {"input_ids": [5, 2], "labels": [4, 2]}])
+    loss = trainer.compute_loss(model, dict(batch))
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       decoder_input_ids=batch["decoder_input_ids"]).logits  # fmt: skip
+    labels = batch["labels"].reshape(-1)
+    kept = labels != -100
+    log_probs = F.log_softmax(logits.reshape(-1, VOCAB)[kept].double(), -1)
+    expected = (0.9 * -log_probs.gather(1, labels[kept, None]).squeeze(1) - 0.1 * log_probs.mean(-1)).mean()
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-6, atol=0)
