@@ -33,7 +33,7 @@ def test_quick_demo_trains_evaluates_saves_and_reloads_the_three_families(tmp_pa
         ("transformer-en-de", transformers.AutoModelForSeq2SeqLM),
     ):
         folder = tmp_path / name
-        assert {"model.safetensors", "config.json", "tokenizer.json", "loss.png", "attention.png"} <= set(
+        assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "loss.png", "attention.png"} <= set(
             os.listdir(folder)
         )
         model = auto_class.from_pretrained(folder)

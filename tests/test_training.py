@@ -160,6 +160,10 @@ def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, arguments, 
     with open(output / "all_results.json") as f:
         assert json.load(f)["eval_loss"] == metrics["eval_loss"]
     assert not [name for name in os.listdir(output) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
+    card = (output / "README.md").read_text()
+    assert f"pipeline_tag: {aiayn.training.PIPELINE_TASK[task]}" in card and "eval_loss" not in card
+    with open(output / "training_args.json") as f:
+        assert json.load(f)["max_steps"] == 3
 
 
 def test_translation_script_with_the_paper_recipe_from_the_command_line(tmp_path):

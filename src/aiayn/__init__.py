@@ -7,6 +7,7 @@ built-in ones, and marks them for `save_pretrained` to copy their code next to t
 
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq
 from .configuration_aiayn import (
@@ -21,6 +22,7 @@ from .modeling_aiayn import AiaynPreTrainedModel
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
 from .modeling_aiayn_seq2seq import *  # noqa: F403
+from .pipeline_aiayn import TEXT2TEXT_TASKS, AiaynText2TextGenerationPipeline
 
 __version__ = "0.1.0"
 
@@ -38,9 +40,19 @@ def _register_family(module, pretrained_class: type[AiaynPreTrainedModel]) -> No
             MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config_class.model_type] = class_name
 
 
+def _register_text2text_pipeline() -> None:
+    """Serves the seq2seq tasks transformers 5 removed with aiayn's pipeline (see `pipeline_aiayn`)."""
+    for task in TEXT2TEXT_TASKS:
+        REMOVED_TASKS.pop(task, None)
+        PIPELINE_REGISTRY.register_pipeline(
+            task, AiaynText2TextGenerationPipeline, pt_model=transformers.AutoModelForSeq2SeqLM, type="text"
+        )
+
+
 _register_family(modeling_aiayn_encoder, modeling_aiayn_encoder.AiaynEncoderPreTrainedModel)
 _register_family(modeling_aiayn_decoder, modeling_aiayn_decoder.AiaynDecoderPreTrainedModel)
 _register_family(modeling_aiayn_seq2seq, modeling_aiayn_seq2seq.AiaynSeq2SeqPreTrainedModel)
+_register_text2text_pipeline()
 
 __all__ = [
     "AiaynConfig",
@@ -48,6 +60,7 @@ __all__ = [
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
     "AiaynPreTrainedModel",
+    "AiaynText2TextGenerationPipeline",
     "PRESETS",
     "preset_config",
     *modeling_aiayn_encoder.__all__,

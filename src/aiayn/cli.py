@@ -39,6 +39,36 @@ def presets_table() -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def write_hub_folder(args: argparse.Namespace) -> None:
+    """`aiayn hub-folder`: reloads a saved model with its head class and writes it with its card; the evaluation
+    results and training arguments a training run left next to it (all_results.json, training_args.json) go into
+    the card."""
+    import json
+    import os
+
+    import aiayn
+
+    from .hub import save_hub_folder
+
+    with open(os.path.join(args.source, "config.json")) as f:
+        architecture = (json.load(f).get("architectures") or [""])[0]
+    model_class = getattr(aiayn, architecture, None)
+    if model_class is None:
+        raise SystemExit(f"aiayn hub-folder: error: {args.source} does not hold an aiayn model ({architecture!r}).")
+    model = model_class.from_pretrained(args.source)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.source)
+    recorded = {}
+    for key, name in (("metrics", "all_results.json"), ("training_arguments", "training_args.json")):
+        if os.path.isfile(os.path.join(args.source, name)):
+            with open(os.path.join(args.source, name)) as f:
+                recorded[key] = json.load(f)
+    card = save_hub_folder(
+        model, tokenizer, args.destination, repo_id=args.repo_id, task=args.task, datasets=args.dataset,
+        language=args.language or None, license=args.license, **recorded,
+    )  # fmt: skip
+    print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +92,14 @@ def main(argv: list[str] | None = None) -> None:
     demo = commands.add_parser("demo", help="train, evaluate and save the three families on real text (make demo)")
     demo.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
     demo.add_argument("--quick", action="store_true", help="smaller models and fewer steps (about 2 minutes)")
+    hub = commands.add_parser("hub-folder", help="write a hub-ready folder (model, tokenizer, code, card)")
+    hub.add_argument("source", help="a folder saved by save_pretrained with its tokenizer (e.g. a training run)")
+    hub.add_argument("destination", help="the folder to write")
+    hub.add_argument("--repo-id", help="the hub repository the card names (default: the destination's name)")
+    hub.add_argument("--task", help="the pipeline tag (default: the model head's)")
+    hub.add_argument("--dataset", action="append", default=[], help="training data (repeatable)")
+    hub.add_argument("--language", action="append", default=[], help="language code (repeatable)")
+    hub.add_argument("--license", default="apache-2.0")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from .demo import main as run_demo
@@ -77,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as error:
             parser.exit(2, f"aiayn convert: error: {error}\n")
         print(f"wrote {type(model).__name__} to {args.destination}")
+    elif args.command == "hub-folder":
+        write_hub_folder(args)
     elif args.command == "average":
         from .averaging import average_checkpoints, checkpoint_folders
 

