@@ -153,7 +153,9 @@ def model_card(
     else:
         pipeline_example = f'run = pipeline("{task}", model="{repo_id}", trust_remote_code=True)'
 
-    arguments = training_arguments or {}
+    arguments = dict(training_arguments or {})
+    if arguments.get("max_steps", -1) > 0:  # the step count, not the epoch count, ended the run
+        arguments.pop("num_train_epochs", None)
     hyperparameters = [(name, f"`{arguments[name]}`") for name in HYPERPARAMETERS if name in arguments]
     procedure = (
         "Trained with transformers' `Trainer` (aiayn's training scripts).\n\n"
