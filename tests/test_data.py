@@ -6,10 +6,16 @@ import pytest
 import sacrebleu
 import torch
 import transformers
+from conftest import word_tokenizer
 
 import aiayn
 from aiayn import data
-from aiayn.collators import DataCollatorForSpanCorruption, random_spans_noise_mask, span_corruption_lengths
+from aiayn.collators import (
+    DataCollatorForSpanCorruption,
+    DataCollatorSeededByBatch,
+    random_spans_noise_mask,
+    span_corruption_lengths,
+)
 from aiayn.metrics import Accuracy, ChrF, SacreBleu, perplexity
 from aiayn.tokenization import config_token_fields, sentinel, train_tokenizer
 
@@ -127,3 +133,26 @@ def test_span_corruption_inputs_and_targets_rebuild_the_text():
     assert torch.equal(batch["decoder_input_ids"], model.prepare_decoder_input_ids_from_labels(batch["labels"]))
     again = DataCollatorForSpanCorruption(tokenizer, seed=3, model=model)(blocks)
     assert torch.equal(again["input_ids"], batch["input_ids"])
+
+
+def test_random_collators_draw_from_the_batch_not_from_running_state():
+    """Masks depend on the seed and the batch only (so resumed runs are exact), and torch's global generator, which
+    dropout draws from, is left where it was."""
+    tokenizer = word_tokenizer()
+    tokenizer.add_special_tokens({"mask_token": "<mask>"})
+    collator = DataCollatorSeededByBatch(
+        transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.5), seed=1
+    )
+    batch = [{"input_ids": list(range(3, 40))}, {"input_ids": list(range(40, 77))}]
+    torch.manual_seed(0)
+    first = collator(batch)
+    state_after = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    assert torch.equal(state_after, torch.random.get_rng_state())
+    torch.manual_seed(123)
+    again = collator(batch)
+    assert torch.equal(first["input_ids"], again["input_ids"]) and torch.equal(first["labels"], again["labels"])
+    reordered = collator(batch[::-1])
+    other_seed = DataCollatorSeededByBatch(collator.collator, seed=2)(batch)
+    assert not torch.equal(reordered["labels"], first["labels"].flip(0))
+    assert not torch.equal(other_seed["labels"], first["labels"])

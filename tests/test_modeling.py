@@ -207,14 +207,14 @@ def test_losses_divide_by_num_items_in_batch(model_factory, make_inputs, summed_
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("position", POSITION_TYPES)
 def test_eager_and_sdpa_agree_with_padding(family, position):
+    """At every position, padding included (queries that may see no key attend to nothing on both)."""
     ids, mask = padded_batch()
     logits = {}
     for implementation in ("eager", "sdpa"):
         model = lm_model(family, implementation, position_embedding_type=position)
         with torch.no_grad():
             logits[implementation] = model(**lm_inputs(family, ids, mask)).logits
-    real = mask.bool()
-    torch.testing.assert_close(logits["eager"][real], logits["sdpa"][real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits["eager"], logits["sdpa"], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["decoder", "seq2seq"])
@@ -273,18 +273,6 @@ def test_padding_leaves_real_positions_unchanged(family, position, side):
         alone = model(**lm_inputs(family, ids)).logits[0]
         in_batch = model(**lm_inputs(family, padded, mask)).logits[0]
     torch.testing.assert_close(in_batch[real], alone, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-@pytest.mark.parametrize("position", ["learned", "relative"])
-def test_fully_padded_rows_give_no_nan(family, implementation, position):
-    model = lm_model(family, implementation, position_embedding_type=position)
-    ids, mask = padded_batch()
-    mask[0] = 0
-    with torch.no_grad():
-        outputs = model(**lm_inputs(family, ids, mask))
-    assert torch.isfinite(outputs.logits).all()
 
 
 def test_sinusoidal_encoding_is_the_papers_formula():

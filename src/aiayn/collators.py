@@ -1,11 +1,20 @@
-"""T5's span-corruption objective as a data collator (transformers has none).
+"""Data collators: T5's span-corruption objective (transformers has none), and random collators made resumable.
 
-Each block of `tokens_length` tokens is split into alternating kept and noise spans (15% noise, spans of 3 tokens
-on average, as in T5, section 3.1.4 of Raffel et al. 2020). The encoder reads the kept tokens with each noise span
-replaced by one sentinel (`<extra_id_0>`, `<extra_id_1>`, ...); the decoder predicts each sentinel followed by the
-tokens it replaced. Both end with EOS.
+Random choices made while collating (masked positions, noise spans) are drawn from a generator seeded by the
+training seed and the batch's token ids, never from a running random state: the Trainer's dataloader collates a
+batch ahead of the step, and a resumed run skips the batches before its checkpoint without collating them, so
+running state would leave a resumed run with other masks (and, through the global generator, other dropout) than
+the uninterrupted one. Seeded by the batch, a resumed run is bit-exact, evaluation masks the same tokens every
+time, and masking stays dynamic: the shuffled batches, and so their masks, differ from epoch to epoch.
+
+Span corruption: each block of `tokens_length` tokens is split into alternating kept and noise spans (15% noise,
+spans of 3 tokens on average, as in T5, section 3.1.4 of Raffel et al. 2020). The encoder reads the kept tokens
+with each noise span replaced by one sentinel (`<extra_id_0>`, `<extra_id_1>`, ...); the decoder predicts each
+sentinel followed by the tokens it replaced. Both end with EOS.
 """
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +36,30 @@ def span_corruption_lengths(input_length: int, noise_density: float, mean_span_l
     while corrupted_lengths(tokens_length + 1)[0] <= input_length:
         tokens_length += 1
     return tokens_length, corrupted_lengths(tokens_length)[1]
+
+
+def batch_seed(seed: int, examples: list[dict], key: str = "input_ids") -> int:
+    """A 63-bit seed that is a function of `seed` and the token ids `examples[i][key]` only."""
+    digest = hashlib.blake2b(str(seed).encode(), digest_size=8)
+    for example in examples:
+        ids = torch.as_tensor(example[key], dtype=torch.int64)
+        digest.update(len(ids).to_bytes(8, "little") + ids.numpy().tobytes())
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
+@dataclass
+class DataCollatorSeededByBatch:
+    """Runs `collator`, which draws from torch's global generator (transformers' `DataCollatorForLanguageModeling`),
+    with that generator seeded by `batch_seed(seed, examples)` and restored afterwards: the masks become a function
+    of the batch (see the module docstring), and the draws of the training step (dropout) are left untouched."""
+
+    collator: Callable[[list[dict]], dict]
+    seed: int = 0
+
+    def __call__(self, examples: list[dict]) -> dict:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(batch_seed(self.seed, examples))
+            return self.collator(examples)
 
 
 def random_segmentation(num_items: int, num_segments: int, generator: torch.Generator) -> torch.Tensor:
@@ -52,7 +85,8 @@ def random_spans_noise_mask(
 @dataclass
 class DataCollatorForSpanCorruption:
     """Turns equal-length blocks of token ids (`input_ids`) into T5 span-corruption examples: `input_ids`,
-    `attention_mask` and `labels` (the model builds its decoder inputs from the labels)."""
+    `attention_mask` and `labels` (the model builds its decoder inputs from the labels). The spans are drawn from a
+    generator seeded by `seed` and the batch (see the module docstring)."""
 
     tokenizer: PreTrainedTokenizerBase
     noise_density: float = 0.15
@@ -61,7 +95,6 @@ class DataCollatorForSpanCorruption:
     model: PreTrainedModel | None = None  # when given, also `decoder_input_ids` (needed under label smoothing)
 
     def __post_init__(self):
-        self.generator = torch.Generator().manual_seed(self.seed)
         self.eos_token_id = self.tokenizer.eos_token_id
 
     def sentinel_id(self, index: int) -> int:
@@ -70,8 +103,8 @@ class DataCollatorForSpanCorruption:
             raise ValueError(f"The tokenizer has no sentinel {sentinel(index)}: span corruption needs T5 sentinels.")
         return token_id
 
-    def corrupt(self, tokens: list[int]) -> tuple[list[int], list[int]]:
-        noise = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_span_length, self.generator)
+    def corrupt(self, tokens: list[int], generator: torch.Generator) -> tuple[list[int], list[int]]:
+        noise = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_span_length, generator)
         inputs, targets, span = [], [], 0
         for position, (token, is_noise) in enumerate(zip(tokens, noise.tolist(), strict=True)):
             if not is_noise:
@@ -85,7 +118,8 @@ class DataCollatorForSpanCorruption:
         return inputs + [self.eos_token_id], targets + [self.eos_token_id]
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
-        pairs = [self.corrupt(list(example["input_ids"])) for example in examples]
+        generator = torch.Generator().manual_seed(batch_seed(self.seed, examples))
+        pairs = [self.corrupt(list(example["input_ids"]), generator) for example in examples]
         inputs, labels = torch.tensor([pair[0] for pair in pairs]), torch.tensor([pair[1] for pair in pairs])
         batch = {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
         if self.model is not None:

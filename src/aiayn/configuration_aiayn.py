@@ -5,12 +5,9 @@ fields of `AiaynConfig` describe every knob of the shared blocks, and the family
 family needs. The defaults are the paper's base model (Table 3, row "base"); the presets in `PRESETS` give the
 paper's big model and the shapes of BERT, GPT-2 and T5.
 
-This module imports only transformers: `save_pretrained` copies it next to the weights so that a saved folder
-loads with `trust_remote_code=True` where aiayn is not installed.
+This module imports nothing but transformers: `save_pretrained` copies it next to the weights so that a saved
+folder loads with `trust_remote_code=True` where aiayn is not installed.
 """
-
-import copy
-from typing import ClassVar
 
 from transformers import GenerationConfig, PreTrainedConfig
 
@@ -94,7 +91,7 @@ class AiaynConfig(PreTrainedConfig):
     """
 
     model_type = ""
-    attribute_map: ClassVar[dict[str, str]] = {
+    attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",
         "num_hidden_layers": "num_layers",
@@ -143,6 +140,25 @@ class AiaynConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self._derive_defaults()
         self.validate()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """`PreTrainedConfig.from_dict`, refusing a config saved for another model type: transformers only warns,
+        and the layers of one family load into another's without a missing weight, giving a silently wrong model."""
+        saved_type = config_dict.get("model_type")
+        if cls.model_type and saved_type and saved_type != cls.model_type:
+            if saved_type.startswith("aiayn_"):
+                remedy = "Load it with its own family's classes, or with an Auto class that picks them."
+            else:
+                remedy = (
+                    f"To start from a transformers {saved_type!r} checkpoint, convert it first: "
+                    "aiayn.conversion.convert_checkpoint(source, destination) or `aiayn convert SOURCE DESTINATION`."
+                )
+            raise ValueError(
+                f"The config is of model_type {saved_type!r}, but {cls.__name__} builds {cls.model_type!r} models. "
+                + remedy
+            )
+        return super().from_dict(config_dict, **kwargs)
 
     def _derive_defaults(self):
         """Fills the fields whose defaults depend on other fields."""
@@ -263,7 +279,7 @@ class AiaynGenerativeConfig(AiaynConfig):
     use_cache: bool = True
     generation_defaults: dict | None = None
     # Entries of `generation_defaults` that are not `GenerationConfig` fields but which the family's `generate` reads.
-    custom_generation_fields: ClassVar[tuple[str, ...]] = ()
+    custom_generation_fields = ()
 
     def validate(self):
         super().validate()
@@ -304,7 +320,7 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """
 
     model_type = "aiayn_seq2seq"
-    custom_generation_fields: ClassVar[tuple[str, ...]] = ("max_len_a", "max_len_b")
+    custom_generation_fields = ("max_len_a", "max_len_b")
     is_encoder_decoder: bool = True
     num_decoder_layers: int | None = None
     decoder_start_token_id: int | None = 0
@@ -332,8 +348,8 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     def get_text_config(self, decoder=None, encoder=None) -> "AiaynSeq2SeqConfig":
         """With `decoder=True`, a copy whose `num_layers` is the decoder's, which is what caches are sized from."""
         if decoder and not encoder:
-            config = copy.deepcopy(self)
-            config.num_layers = self.num_decoder_layers
+            config = object.__new__(type(self))  # a shallow copy: only num_layers differs
+            config.__dict__.update(self.__dict__, num_layers=self.num_decoder_layers)
             return config
         return self
 
@@ -514,7 +530,8 @@ def preset_config(name: str, **overrides) -> AiaynConfig:
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")
     family, fields = PRESETS[name]
-    return FAMILY_CONFIGS[family](**copy.deepcopy({**fields, **overrides}))
+    fields = {key: dict(value) if isinstance(value, dict) else value for key, value in {**fields, **overrides}.items()}
+    return FAMILY_CONFIGS[family](**fields)
 
 
 __all__ = [

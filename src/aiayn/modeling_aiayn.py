@@ -4,13 +4,9 @@ Section and equation numbers refer to "Attention Is All You Need" (Vaswani et al
 encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-attention, plus encoder-decoder
 attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks.
 
-This module imports only torch, transformers and the configuration: `save_pretrained` copies it next to the
-weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
+This module imports nothing but torch, transformers and the configuration: `save_pretrained` copies it next to
+the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
 """
-
-import math
-import platform
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -32,7 +28,8 @@ from .configuration_aiayn import AiaynConfig
 
 
 def _onednn_linear_available() -> bool:
-    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
+    """Whether this is an x86 CPU with AVX2 or AVX-512 and torch has oneDNN's linear operator."""
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX") or not torch.backends.mkldnn.is_available():
         return False
     return hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -172,12 +169,9 @@ def relative_position_bucket(
         distance = -torch.clamp(relative_position, max=0)
     max_exact = num_buckets // 2
     is_small = distance < max_exact
-    log_bucket = (
-        max_exact
-        + (
-            torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-        ).long()
-    )
+    # A float64 scalar, like T5's math.log: a 0-dim tensor leaves the float32 arithmetic in float32.
+    log_range = torch.tensor(max_distance / max_exact, dtype=torch.float64, device=distance.device).log()
+    log_bucket = max_exact + (torch.log(distance.float() / max_exact) / log_range * (num_buckets - max_exact)).long()
     log_bucket = torch.clamp(log_bucket, max=num_buckets - 1)
     return buckets + torch.where(is_small, distance, log_bucket)
 
@@ -259,11 +253,17 @@ class AiaynAttention(nn.Module):
         key: torch.Tensor,
         value: torch.Tensor,
         attention_mask: torch.Tensor | None,
+        unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values, then `W^O`. `unattended` flags the
+        queries that may attend to no key (see `open_unattended_queries`): their attention output and weights are
+        zero."""
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
+        if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
+            attention_interface = eager_attention_forward
         output, weights = attention_interface(
             self,
             query,
@@ -274,6 +274,9 @@ class AiaynAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
+        if unattended is not None:
+            output = output.masked_fill(unattended.transpose(1, 2), 0.0)
+            weights = weights.masked_fill(unattended, 0.0) if weights is not None else None
         output = output.reshape(*output.shape[:2], self.inner_dim)
         return self.o_proj(output), weights
 
@@ -292,6 +295,7 @@ class AiaynSelfAttention(AiaynAttention):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         position_bias: torch.Tensor | None = None,
         cache: Cache | None = None,
+        unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         query, key, value = self.project(self.qkv_proj, hidden_states, 3)
@@ -302,7 +306,7 @@ class AiaynSelfAttention(AiaynAttention):
             key, value = cache.update(key, value, self.layer_idx)
         if position_bias is not None:
             kwargs["position_bias"] = position_bias
-        return self.attend(query, key, value, attention_mask, **kwargs)
+        return self.attend(query, key, value, attention_mask, unattended, **kwargs)
 
 
 class AiaynCrossAttention(AiaynAttention):
@@ -322,6 +326,7 @@ class AiaynCrossAttention(AiaynAttention):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
+        unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         (query,) = self.project(self.q_proj, hidden_states, 1)
@@ -333,7 +338,7 @@ class AiaynCrossAttention(AiaynAttention):
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-        return self.attend(query, key, value, attention_mask, **kwargs)
+        return self.attend(query, key, value, attention_mask, unattended, **kwargs)
 
 
 class AiaynFeedForward(nn.Module):
@@ -384,6 +389,8 @@ class AiaynLayer(GradientCheckpointingLayer):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         position_bias: torch.Tensor | None = None,
         cache: Cache | None = None,
+        unattended: torch.Tensor | None = None,
+        encoder_unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
@@ -393,6 +400,7 @@ class AiaynLayer(GradientCheckpointingLayer):
             position_embeddings,
             position_bias,
             self_attention_cache,
+            unattended,
             **kwargs,
         )
         hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
@@ -403,6 +411,7 @@ class AiaynLayer(GradientCheckpointingLayer):
                 encoder_hidden_states,
                 encoder_attention_mask,
                 cross_attention_cache,
+                encoder_unattended,
                 **kwargs,
             )
             hidden_states = self._add_residual(hidden_states, attended, self.cross_attn_norm)
@@ -424,7 +433,7 @@ class AiaynEmbeddings(nn.Module):
     def __init__(self, config: AiaynConfig, embed_tokens: nn.Embedding):
         super().__init__()
         self.embed_tokens = embed_tokens
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.scale = config.d_model**0.5 if config.scale_embedding else 1.0
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
         )
@@ -450,6 +459,14 @@ class AiaynEmbeddings(nn.Module):
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros(hidden_states.shape[:2], dtype=torch.long, device=hidden_states.device)
+            elif token_type_ids.shape != hidden_states.shape[:2]:
+                raise ValueError(
+                    f"token_type_ids have shape {tuple(token_type_ids.shape)}; the inputs have shape "
+                    f"{tuple(hidden_states.shape[:2])}: one token type per token."
+                )
+            check_token_ids(
+                token_type_ids, self.token_type_embeddings.num_embeddings, "token_type_ids", "type_vocab_size"
+            )
             hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
         elif token_type_ids is not None:
             raise ValueError("token_type_ids were given but the model has no token types (config.type_vocab_size=0).")
@@ -487,6 +504,66 @@ class AiaynPreTrainedModel(PreTrainedModel):
             # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.
             self.generation_config._from_model_config = False
 
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *model_args,
+        use_safetensors: bool | None = True,
+        ignore_mismatched_sizes: bool = False,
+        output_loading_info: bool = False,
+        **kwargs,
+    ) -> "AiaynPreTrainedModel":
+        """`PreTrainedModel.from_pretrained`, with safeguards against loading anything but this model's weights:
+
+        - only safetensors are read unless `use_safetensors=False` (or `None`) is passed: pickled
+          `pytorch_model.bin` files can run code when loaded (transformers then reads them with
+          `torch.load(weights_only=True)`);
+        - an unreadable (truncated, corrupted) weights file raises `OSError` naming the checkpoint;
+        - a checkpoint that lacks weights of the model's stacks, or holds them in other shapes, raises `ValueError`
+          listing them: it is another model's, and its layers would be left randomly initialised. New heads (a
+          classifier, a pooler) may be missing and are initialised as usual; `ignore_mismatched_sizes=True`
+          re-initialises mismatched weights instead of raising.
+        """
+        try:
+            model, loading_info = super().from_pretrained(
+                pretrained_model_name_or_path,
+                *model_args,
+                use_safetensors=use_safetensors,
+                ignore_mismatched_sizes=True,
+                output_loading_info=True,
+                **kwargs,
+            )
+        except OSError as error:
+            if use_safetensors and "no file named model.safetensors" in str(error):
+                raise OSError(
+                    f"{error} Only safetensors weights are read unless use_safetensors=False is passed, which reads "
+                    "pickled pytorch_model.bin files with torch.load(weights_only=True)."
+                ) from error
+            raise
+        except Exception as error:
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(
+                f"The weights of {pretrained_model_name_or_path} cannot be read ({error}): the safetensors file is "
+                "truncated or corrupted. Save or download it again."
+            ) from error
+        faults = []
+        if loading_info["mismatched_keys"] and not ignore_mismatched_sizes:
+            faults += [
+                f"{key} has shape {tuple(saved)} in the checkpoint and {tuple(expected)} in the model"
+                for key, saved, expected in sorted(loading_info["mismatched_keys"])
+            ]
+        stacks = tuple(f"{name}." for name, module in model.named_modules() if isinstance(module, AiaynStack))
+        faults += [f"{key} is missing" for key in sorted(loading_info["missing_keys"]) if key.startswith(stacks)]
+        if faults:
+            shown = "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
+            raise ValueError(
+                f"{pretrained_model_name_or_path} does not hold the weights of this {cls.__name__}: {shown}. Its "
+                "layers would be left randomly initialised. Check the checkpoint and the config passed with it."
+            )
+        return (model, loading_info) if output_loading_info else model
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
         family (transformers writes only the saved class), so that any head loads from the folder with
@@ -519,6 +596,53 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.copy_(module.inv_freq, inverse_frequencies(module.d_model, 10000.0))
         elif isinstance(module, AiaynRotaryEmbedding):
             init.copy_(module.inv_freq, inverse_frequencies(module.head_dim, module.base))
+
+
+def check_token_ids(ids: torch.Tensor | None, size: int, name: str, size_name: str):
+    """Raises `ValueError` naming the first of `ids` outside `[0, size)`, rather than an index error from inside the
+    embedding lookup (or, on GPUs, a device-side assert). Skipped while compiling: it reads values."""
+    if ids is None or ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    low, high = torch.aminmax(ids)
+    if low < 0 or high >= size:
+        bad = (ids < 0) | (ids >= size)
+        raise ValueError(f"{name} contain {ids[bad][0].item()}, outside [0, {size}) ({size_name}={size}).")
+
+
+def check_mask_shape(attention_mask: torch.Tensor | None, expected: tuple[int, int], name: str, meaning: str):
+    """Raises `ValueError` when a 2D padding mask is not `expected = (batch, length)`. 4D masks are the caller's."""
+    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
+        raise ValueError(
+            f"{name} has shape {tuple(attention_mask.shape)}, but a padding mask over {meaning} has shape {expected}."
+        )
+
+
+def check_labels_shape(labels: torch.Tensor, expected: tuple[int, ...], meaning: str, exact: bool = True):
+    """Raises `ValueError` unless `labels` have the `expected` shape (or, with `exact=False`, begin with it)."""
+    shape = tuple(labels.shape)
+    if shape != expected if exact else shape[: len(expected)] != expected:
+        wanted = expected if exact else f"({', '.join(map(str, expected))}, ...)"
+        raise ValueError(f"labels have shape {shape}, but the model needs {meaning}: shape {wanted}.")
+
+
+def open_unattended_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
+    """Finds the queries that a materialised `(batch, 1, queries, keys)` mask (boolean, True where allowed, or
+    additive, the dtype's minimum where not) lets attend to no key: padding left of every real token, or a row that
+    is all padding. A softmax over no key is NaN with `-inf` masks and an arbitrary mean of the values with finite
+    ones, and differs between backends; so their rows are opened (every backend stays finite, gradients too) and
+    the attention zeroes their output and weights. Returns `(mask, unattended)`, `unattended` being
+    `(batch, 1, queries, 1)` flags, or None when every query has a key (or the mask is not materialised)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
+        return attention_mask, None
+    if attention_mask.dtype == torch.bool:
+        unattended = ~attention_mask.any(-1, keepdim=True)
+    else:
+        unattended = (attention_mask == torch.finfo(attention_mask.dtype).min).all(-1, keepdim=True)
+    if not torch.compiler.is_compiling() and not unattended.any():
+        return attention_mask, None
+    if attention_mask.dtype == torch.bool:
+        return attention_mask | unattended, unattended
+    return attention_mask.masked_fill(unattended, 0.0), unattended
 
 
 def position_ids_from_mask(
@@ -602,12 +726,22 @@ class AiaynStack(AiaynPreTrainedModel):
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
         tokens = input_ids if inputs_embeds is None else inputs_embeds
-        seq_length = tokens.shape[1]
+        batch_size, seq_length = tokens.shape[:2]
+        self._check_inputs(
+            input_ids,
+            attention_mask,
+            (batch_size, seq_length),
+            past_length,
+            encoder_hidden_states,
+            encoder_attention_mask,
+        )
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask, past_length, seq_length, tokens.device)
+        self._check_positions(position_ids)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
         attention_mask = self._self_attention_mask(hidden_states, attention_mask, self_attention_cache, position_ids)
+        attention_mask, unattended = open_unattended_queries(attention_mask)
         position_bias = None
         if self.relative_position_bias is not None:
             key_length = (
@@ -616,10 +750,11 @@ class AiaynStack(AiaynPreTrainedModel):
                 else seq_length
             )
             position_bias = self.relative_position_bias(seq_length, key_length, past_length).to(hidden_states.dtype)
-            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias, len(hidden_states))
+            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias, batch_size)
         position_embeddings = (
             self.rotary_embedding(position_ids, hidden_states.dtype) if self.rotary_embedding is not None else None
         )
+        encoder_unattended = None
         if encoder_hidden_states is not None:
             encoder_attention_mask = create_bidirectional_mask(
                 config=self.config,
@@ -627,6 +762,7 @@ class AiaynStack(AiaynPreTrainedModel):
                 attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
+            encoder_attention_mask, encoder_unattended = open_unattended_queries(encoder_attention_mask)
 
         for layer in self.layers:
             hidden_states = layer(
@@ -637,11 +773,58 @@ class AiaynStack(AiaynPreTrainedModel):
                 position_embeddings=position_embeddings,
                 position_bias=position_bias,
                 cache=cache,
+                unattended=unattended,
+                encoder_unattended=encoder_unattended,
                 **kwargs,
             )
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+
+    def _check_inputs(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        shape: tuple[int, int],
+        past_length: int | torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None,
+        encoder_attention_mask: torch.Tensor | None,
+    ):
+        """Raises `ValueError` for token ids outside the vocabulary and padding masks of the wrong shape."""
+        prefix = "decoder_" if self.has_cross_attention else ""
+        vocab_size = self.embeddings.embed_tokens.num_embeddings
+        check_token_ids(input_ids, vocab_size, f"{prefix}input_ids", "vocab_size")
+        if torch.compiler.is_compiling():
+            return
+        (batch_size, seq_length), past_length = shape, int(past_length)
+        check_mask_shape(
+            attention_mask,
+            (batch_size, past_length + seq_length),
+            f"{prefix}attention_mask",
+            f"{seq_length} tokens" + (f" after {past_length} cached ones" if past_length else ""),
+        )
+        if encoder_hidden_states is not None:
+            check_mask_shape(
+                encoder_attention_mask,
+                tuple(encoder_hidden_states.shape[:2]),
+                "attention_mask",
+                f"{encoder_hidden_states.shape[1]} source tokens",
+            )
+
+    def _check_positions(self, position_ids: torch.Tensor):
+        """Learned positions exist up to `max_position_embeddings`; the other types extend to any length."""
+        if self.config.position_embedding_type != "learned" or position_ids.numel() == 0:
+            return
+        if torch.compiler.is_compiling():
+            return
+        length, limit = int(position_ids.max()) + 1, self.config.max_position_embeddings
+        if length > limit:
+            raise ValueError(
+                f"The sequence is {length} tokens long (cached tokens included), longer than "
+                f"max_position_embeddings={limit}, the positions this model has learned embeddings for. Truncate the "
+                f"input to {limit} tokens (tokenizer(..., truncation=True, max_length={limit})), or use a model with "
+                "sinusoidal, relative or rotary positions, which extend past the training length."
+            )
 
     def _self_attention_mask(
         self,
@@ -723,6 +906,7 @@ def sequence_classification_loss(
     loss is a sum divided by it, so that gradient accumulation reproduces the full batch's mean for every problem
     type, not only for single-label classification."""
     num_labels = config.num_labels
+    check_labels_shape(labels, (len(logits),), "one label (or one row of labels) per example", exact=False)
     if config.problem_type is None:
         if num_labels == 1:
             config.problem_type = "regression"

@@ -23,6 +23,7 @@ from .modeling_aiayn import (
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
+    check_labels_shape,
     last_token_index,
     sequence_classification_loss,
 )
@@ -139,6 +140,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden_states)
         loss = None
         if labels is not None:
+            check_labels_shape(labels, tuple(outputs.last_hidden_state.shape[:2]), "one label per input token")
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
@@ -236,7 +238,10 @@ class AiaynDecoderForTokenClassification(AiaynDecoderPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state)
-        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -23,6 +23,7 @@ from .modeling_aiayn import (
     AiaynStack,
     AiaynTokenEmbedding,
     build_norm,
+    check_labels_shape,
     sequence_classification_loss,
 )
 
@@ -150,6 +151,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
+            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
@@ -230,7 +232,10 @@ class AiaynEncoderForTokenClassification(AiaynEncoderPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state)
-        loss = self.loss_function(logits, labels, self.config, **kwargs) if labels is not None else None
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -324,7 +329,10 @@ class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.pooler_output).view(-1, num_choices)
-        loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs) if labels is not None else None
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, (len(logits),), "one choice index per example")
+            loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs)
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -1,7 +1,5 @@
 """T5-style encoder-decoder models: the paper's translation model (Figure 1) and its heads."""
 
-import math
-
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
@@ -25,6 +23,7 @@ from .modeling_aiayn import (
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
+    check_labels_shape,
     last_token_index,
     sequence_classification_loss,
 )
@@ -57,7 +56,7 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
         generated = input_ids.shape[1] - self.prefix_length
         limits = self.max_lengths.to(scores.device).repeat_interleave(scores.shape[0] // len(self.max_lengths))
         at_limit = (generated >= limits - 1)[:, None]
-        only_eos = torch.full_like(scores, -math.inf)
+        only_eos = torch.full_like(scores, float("-inf"))
         only_eos[:, self.eos_token_ids.to(scores.device)] = 0  # as transformers' ForcedEOSTokenLogitsProcessor
         return torch.where(at_limit, only_eos, scores)
 
@@ -262,6 +261,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, Generati
         logits = self.lm_head(hidden_states)
         loss = None
         if labels is not None:
+            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per decoder input token")
             loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return Seq2SeqLMOutput(
             loss=loss,

@@ -33,7 +33,7 @@ from transformers import (
 )
 from transformers.trainer_utils import SchedulerType
 
-from .collators import DataCollatorForSpanCorruption, span_corruption_lengths
+from .collators import DataCollatorForSpanCorruption, DataCollatorSeededByBatch, span_corruption_lengths
 from .configuration_aiayn import preset_config
 from .data import load_corpus
 from .metrics import Accuracy, ChrF, SacreBleu, perplexity
@@ -260,7 +260,9 @@ def build_trainer(task: str, model_args: ModelArguments, data_args: DataArgument
         collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     elif task == "masked-lm":
         dataset = _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=False)
-        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
+        collator = DataCollatorSeededByBatch(
+            DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability), training_args.seed
+        )
         extra = {"compute_metrics": _masked_accuracy, "preprocess_logits_for_metrics": _argmax_logits}
     elif task == "span-corruption":
         tokens_length, _ = span_corruption_lengths(
