@@ -22,6 +22,19 @@ VOCAB = 97
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+def hub_loading_environment(tmp_path) -> dict:
+    """The environment of a subprocess that loads a saved folder as from the hub, without aiayn on its path: offline,
+    with its own module cache, and with this process's number of threads, so that its results match bit for bit."""
+    environment = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+    }
+    environment.pop("PYTHONPATH", None)
+    return environment
+
+
 def tiny_config(family: str, **overrides) -> aiayn.AiaynConfig:
     """A 2-layer, 32-wide model of `family` with dropout off, so that outputs are deterministic."""
     fields = {

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 import transformers
-from conftest import word_tokenizer
+from conftest import hub_loading_environment, word_tokenizer
 from test_hub import LOADER
 
 import aiayn
@@ -217,7 +217,7 @@ def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tm
         },
         destination / "expected.pt",
     )
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    environment = hub_loading_environment(tmp_path)
     result = subprocess.run(
         [sys.executable, "-c", LOADER, str(destination), "seq2seq"], cwd=workdir, env=environment, capture_output=True,
         text=True,

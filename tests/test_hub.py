@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, padded_batch, tiny_config
+from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, hub_loading_environment, padded_batch, tiny_config
 from safetensors import safe_open
 from test_modeling import FAMILY_BASE, HEADS, head_inputs
 
@@ -106,8 +106,7 @@ def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_n
         inputs["decoder_input_ids"] = ids
     torch.save({"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}, folder / "expected.pt")
 
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    environment.pop("PYTHONPATH", None)
+    environment = hub_loading_environment(tmp_path)
     result = subprocess.run(
         [sys.executable, "-c", LOADER, str(folder), family],
         cwd=workdir,

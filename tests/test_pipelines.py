@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 import transformers
+from conftest import hub_loading_environment
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
@@ -166,8 +167,7 @@ NO_AIAYN = textwrap.dedent(
 def test_every_pipeline_runs_without_aiayn_and_gives_the_same_outputs(folders, tmp_path):
     cases = [(folders[(family, auto_name)], task, text) for family, auto_name, task, text in PIPELINES]
     expected = [run_pipeline(folder, task, text) for folder, task, text in cases]
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    environment.pop("PYTHONPATH", None)
+    environment = hub_loading_environment(tmp_path)
     result = subprocess.run(
         [sys.executable, "-c", NO_AIAYN, json.dumps(cases), json.dumps(CALL_ARGUMENTS)],
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600,

@@ -56,11 +56,14 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
         grad_x = grad_weight = grad_bias = None
+        # oneDNN takes the transposed weights as they are, and copies a transposed input: dW is computed as
+        # (x^T dy)^T, so that the copy is of x (tokens x d_in), not of dy (tokens x d_out, the vocabulary for the
+        # output layer). Autograd lays dW out as the weight when it accumulates it.
         if ctx.needs_input_grad[0]:
-            grad_x = _onednn_linear(grad_rows, weight.t().contiguous(), None).view(x.shape)
+            grad_x = _onednn_linear(grad_rows, weight.t(), None).view(x.shape)
         if ctx.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1])
-            grad_weight = _onednn_linear(grad_rows.t().contiguous(), x_rows.t().contiguous(), None)
+            grad_weight = _onednn_linear(x_rows.t(), grad_rows.t(), None).t()
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_rows.sum(0)
         return grad_x, grad_weight, grad_bias
@@ -264,13 +267,18 @@ class AiaynAttention(nn.Module):
         )
         if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
             attention_interface = eager_attention_forward
+        dropout = self.attention_dropout if self.training else 0.0
+        if dropout and value.device.type == "cpu" and self.config._attn_implementation == "sdpa":
+            # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the values
+            # for the backward as given: a view of the fused projection would keep all of its output alive.
+            value = value.contiguous()
         output, weights = attention_interface(
             self,
             query,
             key,
             value,
             attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
+            dropout=dropout,
             scaling=self.scaling,
             **kwargs,
         )
