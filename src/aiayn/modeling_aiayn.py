@@ -464,10 +464,10 @@ class AiaynEmbeddings(nn.Module):
         hidden_states = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         if self.scale != 1.0:
             hidden_states = hidden_states * self.scale
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                token_type_ids = torch.zeros(hidden_states.shape[:2], dtype=torch.long, device=hidden_states.device)
-            elif token_type_ids.shape != hidden_states.shape[:2]:
+        if self.token_type_embeddings is not None and token_type_ids is None:  # every token of type 0
+            hidden_states = hidden_states + self.token_type_embeddings.weight[0]
+        elif self.token_type_embeddings is not None:
+            if token_type_ids.shape != hidden_states.shape[:2]:
                 raise ValueError(
                     f"token_type_ids have shape {tuple(token_type_ids.shape)}; the inputs have shape "
                     f"{tuple(hidden_states.shape[:2])}: one token type per token."
