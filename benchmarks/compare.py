@@ -247,7 +247,8 @@ def build(spec: dict):
 
 
 def measure_speed(spec: dict) -> dict:
-    """Both models in this process, repeats interleaved."""
+    """Both models in this process, repeats interleaved; the training step's model FLOPs utilisation against
+    `spec["ceiling_gflops"]`."""
     models, workload = build(spec)
     _, family, _, same_weights = PAIRS[spec["pair"]]
     results = {}
@@ -263,7 +264,12 @@ def measure_speed(spec: dict) -> dict:
                 times[key].append(time.perf_counter() - start)
         results[kind] = {key: workload.tokens(kind) / statistics.median(values) for key, values in times.items()}
         results[kind]["seconds"] = times
-    results["train"]["flops"] = training_flops(models["aiayn"].config, workload.batch, workload.length)
+    train = results["train"]
+    train["flops"] = training_flops(models["aiayn"].config, workload.batch, workload.length)
+    steps_per_second = {key: train[key] / workload.tokens("train") for key in models}
+    train["mfu"] = {
+        key: steps * train["flops"] / 1e9 / spec["ceiling_gflops"] for key, steps in steps_per_second.items()
+    }
     return results
 
 
@@ -343,7 +349,6 @@ def main():
     new_tokens = args.new_tokens or (16 if quick else 64)
     torch.set_num_threads(args.threads)
     ceiling = matmul_ceiling()
-    peak = max(ceiling.values())
     print(
         f"matmul ceiling ({args.threads} thread(s)): "
         + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in ceiling.items())
@@ -351,7 +356,7 @@ def main():
     header = (
         f"{'pair':7} {'len':>5} {'batch':>5} | {'train tok/s a/ref':>19} {'ratio':>5} {'MFU a/ref':>11} | "
         f"{'forward tok/s a/ref':>19} {'ratio':>5} | {'generate tok/s a/ref':>20} {'ratio':>5} | "
-        f"{'peak MiB train a/ref':>20} {'fwd a/ref':>11} {'gen a/ref':>11}"
+        f"{'peak MiB train a/ref':>20} {'fwd a/ref':>13} {'gen a/ref':>13}"
     )
     print(header)
     rows = []
@@ -365,6 +370,7 @@ def main():
                 "new_tokens": new_tokens,
                 "repeats": repeats,
                 "threads": args.threads,
+                "ceiling_gflops": max(ceiling.values()),
             }
             row = dict(spec, speed=in_fresh_process(dict(spec, mode="speed")))
             if not args.no_memory:
@@ -372,7 +378,7 @@ def main():
                     key: in_fresh_process(dict(spec, mode="memory", model=key)) for key in ("aiayn", "reference")
                 }
             rows.append(row)
-            print(format_row(row, peak), flush=True)
+            print(format_row(row), flush=True)
     ceiling_after = matmul_ceiling()
     print("matmul ceiling after: " + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in ceiling_after.items()))
     if args.json:
@@ -390,36 +396,26 @@ def main():
             json.dump({"environment": environment, "results": rows}, f, indent=2)
 
 
-def format_row(row: dict, peak_gflops: float) -> str:
+def format_row(row: dict) -> str:
     speed, memory = row["speed"], row.get("memory")
 
-    def pair(values: dict, digits: int = 0) -> str:
-        return f"{values['aiayn']:.{digits}f}/{values['reference']:.{digits}f}"
+    def pair(values: dict, digits: int = 0, percent: bool = False) -> str:
+        spec = f".{digits}{'%' if percent else 'f'}"
+        return f"{values['aiayn']:{spec}}/{values['reference']:{spec}}"
 
     def ratio(values: dict) -> str:
         return f"{values['aiayn'] / values['reference']:.2f}"
 
     train = speed["train"]
-    step_tokens = row["batch"] * row["length"] * (2 if PAIRS[row["pair"]][1] == "seq2seq" else 1)
-    # steps per second x FLOPs per step over the ceiling
-    mfu = {key: train[key] / step_tokens * train["flops"] / 1e9 / peak_gflops for key in ("aiayn", "reference")}
     cells = [
         f"{row['pair']:7} {row['length']:5d} {row['batch']:5d} |",
-        f"{pair(train):>19} {ratio(train):>5} {mfu['aiayn']:5.0%}/{mfu['reference']:<5.0%} |",
+        f"{pair(train):>19} {ratio(train):>5} {pair(train['mfu'], percent=True):>11} |",
         f"{pair(speed['forward']):>19} {ratio(speed['forward']):>5} |",
+        f"{pair(speed['generate'], 1):>20} {ratio(speed['generate']):>5} |" if "generate" in speed else f"{'-':>26} |",
     ]
-    if "generate" in speed:
-        cells.append(f"{pair(speed['generate'], 1):>20} {ratio(speed['generate']):>5} |")
-    else:
-        cells.append(f"{'-':>20} {'':>5} |")
-    if memory:
-        kinds = ("train", "forward", "generate")
-        cells += [
-            f"{memory['aiayn'][kind]:.0f}/{memory['reference'][kind]:.0f}".rjust(20 if kind == "train" else 11)
-            if kind in memory["aiayn"]
-            else "-".rjust(11)
-            for kind in kinds
-        ]
+    for kind, width in (("train", 20), ("forward", 13), ("generate", 13)) if memory else ():
+        peaks = {key: values[kind] for key, values in memory.items() if kind in values}
+        cells.append(f"{pair(peaks, 1) if peaks else '-':>{width}}")
     return " ".join(cells)
 
 

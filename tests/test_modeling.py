@@ -537,7 +537,7 @@ def test_a_training_step_compiles_as_one_graph(family, position):
 
 
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24)])
+@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24), (2, 20, 24)])  # fewer and more tokens than inputs
 def test_linear_layers_compute_what_nn_linear_computes(bias, shape):
     """AiaynLinear (oneDNN's products on x86 CPUs) gives nn.Linear's outputs and gradients, accumulated over two
     backward passes, with the weight's gradient laid out as the weight."""

@@ -56,14 +56,17 @@ class _OneDNNLinearFunction(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
         grad_x = grad_weight = grad_bias = None
-        # oneDNN takes the transposed weights as they are, and copies a transposed input: dW is computed as
-        # (x^T dy)^T, so that the copy is of x (tokens x d_in), not of dy (tokens x d_out, the vocabulary for the
-        # output layer). Autograd lays dW out as the weight when it accumulates it.
+        # oneDNN takes a transposed weight operand as it is and copies a transposed input operand. dW = dy^T x copies
+        # dy^T (tokens x d_out); (x^T dy)^T copies x^T and comes out transposed, which autograd copies into the
+        # weight's layout (d_out x d_in). The smaller copy wins: dy with fewer tokens than d_in, else dW.
         if ctx.needs_input_grad[0]:
             grad_x = _onednn_linear(grad_rows, weight.t(), None).view(x.shape)
         if ctx.needs_input_grad[1]:
             x_rows = x.reshape(-1, x.shape[-1])
-            grad_weight = _onednn_linear(x_rows.t(), grad_rows.t(), None).t()
+            if x_rows.shape[0] < x_rows.shape[1]:
+                grad_weight = _onednn_linear(grad_rows.t(), x_rows.t(), None)
+            else:
+                grad_weight = _onednn_linear(x_rows.t(), grad_rows.t(), None).t()
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad_rows.sum(0)
         return grad_x, grad_weight, grad_bias
@@ -821,9 +824,11 @@ class AiaynStack(AiaynPreTrainedModel):
 
     def _check_positions(self, position_ids: torch.Tensor):
         """Learned positions exist up to `max_position_embeddings`; the other types extend to any length."""
-        if self.config.position_embedding_type != "learned" or position_ids.numel() == 0:
-            return
-        if torch.compiler.is_compiling():
+        if (
+            self.config.position_embedding_type != "learned"
+            or position_ids.numel() == 0
+            or torch.compiler.is_compiling()
+        ):
             return
         length, limit = int(position_ids.max()) + 1, self.config.max_position_embeddings
         if length > limit:
