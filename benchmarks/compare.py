@@ -1,6 +1,8 @@
 """Speed and memory of aiayn against transformers' own models of the same shape, side by side.
 
-Pairs (d_model 512, 6 layers per stack, 8 heads, d_ff 2048, vocabulary 32000, the models' default dropout 0.1):
+Pairs (by default d_model 512, 6 layers per stack, 8 heads, d_ff 2048, vocabulary 32000; `--shape 768`: d_model 768,
+12 layers, 12 heads, d_ff 3072, vocabulary 50257, the size of GPT-2 small and BERT base; the models' default dropout
+0.1):
 
     AiaynEncoderForMaskedLM             vs  BertForMaskedLM            (the conversion of the reference: same weights)
     AiaynDecoderForCausalLM             vs  GPT2LMHeadModel            (the conversion of the reference)
@@ -8,26 +10,34 @@ Pairs (d_model 512, 6 layers per stack, 8 heads, d_ff 2048, vocabulary 32000, th
     AiaynSeq2SeqForConditionalGeneration vs MarianMTModel              (transformer-base; same shapes, own weights)
 
 For each pair and sequence length it measures
-- the training step (forward, backward, AdamW step) in tokens per second, and its model FLOPs utilisation: the
-  matmul FLOPs of the step (`training_flops`) per second over this machine's matmul ceiling, measured at the start
-  with both of torch's CPU matmul libraries (MKL through `torch.matmul`, oneDNN through its linear primitive);
+- the training step (forward with labels, backward, AdamW step) in tokens per second, each model as its users call
+  it (aiayn then computes its loss without the logits), and its model FLOPs utilisation: the matmul FLOPs of the
+  step (`training_flops`, the same count for both models) per second over this machine's matmul ceiling, measured
+  at the start;
 - the inference forward in tokens per second;
-- cached `generate()` in new tokens per second (greedy for GPT-2; beam 4, the paper's decoding, for seq2seq), the
-  prompt or source being the sequence length;
-- the peak memory of each of the three: the model's parameters and buffers, the optimizer's state, and the most a
-  call allocates beyond them (activations, gradients, cache, logits), each model in a fresh process of its own.
+- cached `generate()` at batch 1 and batch 8 in new tokens per second (greedy for GPT-2; beam 4, the paper's
+  decoding, for seq2seq), the prompt or source being the sequence length;
+- the peak memory of each: on CPUs the model's parameters and buffers, the optimizer's state, and the most a call
+  allocates beyond them (activations, gradients, cache, logits); on GPUs `torch.cuda.max_memory_allocated`. Each
+  model is measured in a fresh process of its own.
+
+On a GPU (`--device cuda`) training runs under bfloat16 autocast with fused AdamW, inference with bfloat16 weights,
+and the ceiling is a bfloat16 matmul's. `--compile` compiles both models with `torch.compile` (default backend) for
+training and the forward, and decodes with a static cache whose decoding step is compiled.
 
 Speed: both models of a pair run in one fresh process with the same inputs and the same attention backend (sdpa),
 their repeats interleaved (A B B A ...) so that a neighbour's load affects both alike; the table gives medians and
-the ratio aiayn / reference. Memory: what a call allocates is read from the allocation trace of torch's profiler
+the ratio aiayn / reference. CPU memory: what a call allocates is read from the allocation trace of torch's profiler
 (`peak_allocated_mib`), after a warm-up call; it is exact and the same from run to run.
 
     python benchmarks/compare.py                           # lengths 128 to 2048, 1 thread
-    python benchmarks/compare.py --quick                   # lengths 128 and 512, smaller batches: a few minutes
+    python benchmarks/compare.py --quick                   # lengths 128 and 512, smaller batches
     python benchmarks/compare.py --pairs gpt2 t5 --lengths 1024 --threads 2 --json results.json
+    python benchmarks/compare.py --device cuda --shape 768 --tokens-per-step 8192 --compile
 """
 
 import argparse
+import copy
 import gc
 import json
 import os
@@ -42,73 +52,77 @@ import transformers
 
 import aiayn
 from aiayn.conversion import convert_from_hf
+from aiayn.cpu_linear import cpu_linear_routes
 
-VOCAB = 32000
-SHAPE = {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048}
+SHAPES = {
+    "512": {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "vocab": 32000},
+    "768": {"d_model": 768, "layers": 12, "heads": 12, "d_ff": 3072, "vocab": 50257},
+}
+GENERATE_BATCHES = (1, 8)
 # In the order they run: training changes the weights, and the generated tokens are compared before it.
-KINDS = ("generate", "forward", "train")
+KINDS = (*(f"generate_{batch}" for batch in GENERATE_BATCHES), "forward", "train")
 
 
-def bert_pair(max_length: int):
+def bert_pair(shape: dict, max_length: int):
     reference = transformers.BertForMaskedLM(
         transformers.BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=SHAPE["d_model"],
-            num_hidden_layers=SHAPE["layers"],
-            num_attention_heads=SHAPE["heads"],
-            intermediate_size=SHAPE["d_ff"],
+            vocab_size=shape["vocab"],
+            hidden_size=shape["d_model"],
+            num_hidden_layers=shape["layers"],
+            num_attention_heads=shape["heads"],
+            intermediate_size=shape["d_ff"],
             max_position_embeddings=max_length,
         )
     )
     return convert_from_hf(reference), reference
 
 
-def gpt2_pair(max_length: int):
+def gpt2_pair(shape: dict, max_length: int):
     reference = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=SHAPE["d_model"],
-            n_layer=SHAPE["layers"],
-            n_head=SHAPE["heads"],
-            n_inner=SHAPE["d_ff"],
+            vocab_size=shape["vocab"],
+            n_embd=shape["d_model"],
+            n_layer=shape["layers"],
+            n_head=shape["heads"],
+            n_inner=shape["d_ff"],
             n_positions=max_length,
-            bos_token_id=VOCAB - 1,
-            eos_token_id=VOCAB - 1,
+            bos_token_id=shape["vocab"] - 1,
+            eos_token_id=shape["vocab"] - 1,
         )
     )
     return convert_from_hf(reference), reference
 
 
-def t5_pair(max_length: int):
+def t5_pair(shape: dict, max_length: int):
     reference = transformers.T5ForConditionalGeneration(
         transformers.T5Config(
-            vocab_size=VOCAB,
-            d_model=SHAPE["d_model"],
-            d_kv=SHAPE["d_model"] // SHAPE["heads"],
-            num_layers=SHAPE["layers"],
-            num_heads=SHAPE["heads"],
-            d_ff=SHAPE["d_ff"],
+            vocab_size=shape["vocab"],
+            d_model=shape["d_model"],
+            d_kv=shape["d_model"] // shape["heads"],
+            num_layers=shape["layers"],
+            num_heads=shape["heads"],
+            d_ff=shape["d_ff"],
             decoder_start_token_id=0,
         )
     )
     return convert_from_hf(reference), reference
 
 
-def marian_pair(max_length: int):
+def marian_pair(shape: dict, max_length: int):
     """The paper's base model (post-LN, sinusoidal positions, ReLU, shared and tied embeddings) in both libraries,
     with the same dropout everywhere. transformers has no conversion from Marian, so the weights differ."""
     dropout = {"dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1}
     special = {"pad_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 0}
     reference = transformers.MarianMTModel(
         transformers.MarianConfig(
-            vocab_size=VOCAB,
-            d_model=SHAPE["d_model"],
-            encoder_layers=SHAPE["layers"],
-            decoder_layers=SHAPE["layers"],
-            encoder_attention_heads=SHAPE["heads"],
-            decoder_attention_heads=SHAPE["heads"],
-            encoder_ffn_dim=SHAPE["d_ff"],
-            decoder_ffn_dim=SHAPE["d_ff"],
+            vocab_size=shape["vocab"],
+            d_model=shape["d_model"],
+            encoder_layers=shape["layers"],
+            decoder_layers=shape["layers"],
+            encoder_attention_heads=shape["heads"],
+            decoder_attention_heads=shape["heads"],
+            encoder_ffn_dim=shape["d_ff"],
+            decoder_ffn_dim=shape["d_ff"],
             activation_function="relu",
             scale_embedding=True,
             max_position_embeddings=max_length,
@@ -117,8 +131,20 @@ def marian_pair(max_length: int):
             **special,
         )
     )
+    sizes = {
+        "d_model": shape["d_model"],
+        "num_layers": shape["layers"],
+        "num_decoder_layers": shape["layers"],
+        "num_heads": shape["heads"],
+        "d_ff": shape["d_ff"],
+    }
     config = aiayn.preset_config(
-        "transformer-base", vocab_size=VOCAB, max_position_embeddings=max_length, **dropout, **special
+        "transformer-base",
+        vocab_size=shape["vocab"],
+        max_position_embeddings=max_length,
+        **sizes,
+        **dropout,
+        **special,
     )
     return aiayn.AiaynSeq2SeqForConditionalGeneration(config), reference
 
@@ -157,32 +183,56 @@ def training_flops(config: aiayn.AiaynConfig, batch: int, length: int) -> int:
     return 3 * batch * forward
 
 
-def matmul_ceiling(seconds: float = 1.0) -> dict[str, float]:
-    """GFLOP/s of a (4096 x 512) @ (512 x 2048) product, a feed-forward layer of the training step, with MKL
-    (`torch.matmul`) and with oneDNN (its linear primitive, when this torch build has it)."""
-    x, weight = torch.randn(4096, 512), torch.randn(2048, 512)
-    products = {"mkl": lambda: torch.matmul(x, weight.t())}
-    if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-        products["onednn"] = lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
-    ceilings = {}
-    for name, product in products.items():
-        product()
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            product()
-            count += 1
-        ceilings[name] = 2 * 4096 * 512 * 2048 * count / (time.perf_counter() - start) / 1e9
-    return ceilings
+def synchronize(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_ceiling(device: str, seconds: float = 1.0) -> float:
+    """GFLOP/s of the products the training step is made of: on CPUs a float32 (4096 x 512) @ (512 x 2048) product
+    (a feed-forward layer), on GPUs a bfloat16 8192 x 8192 one."""
+    size = (4096, 512, 2048) if device == "cpu" else (8192, 8192, 8192)
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    x = torch.randn(size[0], size[1], device=device, dtype=dtype)
+    weight = torch.randn(size[2], size[1], device=device, dtype=dtype)
+    torch.matmul(x, weight.t())
+    synchronize(device)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.matmul(x, weight.t())
+        count += 1
+        synchronize(device)
+    return 2 * size[0] * size[1] * size[2] * count / (time.perf_counter() - start) / 1e9
+
+
+def processor_name() -> str:
+    """The CPU's model name (`platform.processor()` is empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_description(device: str) -> str:
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+    blas = "MKL" if torch.backends.mkl.is_available() else "OpenBLAS or other"
+    return f"{processor_name()}, {torch.backends.cpu.get_cpu_capability()}, products through {blas} (nn.Linear)"
 
 
 class Workload:
-    """The inputs of one pair at one sequence length, and the three things timed on a model."""
+    """The inputs of one pair at one sequence length, and the things timed on a model."""
 
-    def __init__(self, family: str, length: int, batch: int, generate_batch: int, new_tokens: int):
+    def __init__(self, spec: dict, family: str):
         generator = torch.Generator().manual_seed(0)
-        self.family, self.length, self.batch, self.generate_batch = family, length, batch, generate_batch
-        self.new_tokens = new_tokens
-        ids = torch.randint(3, VOCAB, (batch, length), generator=generator)
+        self.family, self.device, self.compiled = family, spec["device"], spec["compile"]
+        self.length, self.batch, self.new_tokens = spec["length"], spec["batch"], spec["new_tokens"]
+        vocab = SHAPES[spec["shape"]]["vocab"]
+        ids = torch.randint(3, vocab, (self.batch, self.length), generator=generator)
         self.inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if family == "encoder":
             masked = torch.rand(ids.shape, generator=generator) < 0.15
@@ -190,60 +240,97 @@ class Workload:
         elif family == "decoder":
             self.labels = ids
         else:
-            self.labels = torch.randint(3, VOCAB, (batch, length), generator=generator)
+            self.labels = torch.randint(3, vocab, (self.batch, self.length), generator=generator)
             self.inputs["decoder_input_ids"] = torch.cat(
-                [torch.zeros(batch, 1, dtype=torch.long), self.labels[:, :-1]], dim=1
+                [torch.zeros(self.batch, 1, dtype=torch.long), self.labels[:, :-1]], dim=1
             )
-        self.prompt = ids[:generate_batch]
+        prompts = torch.randint(3, vocab, (max(GENERATE_BATCHES), self.length), generator=generator)
+        self.prompts = {batch: prompts[:batch].to(self.device) for batch in GENERATE_BATCHES}
+        self.inputs = {key: value.to(self.device) for key, value in self.inputs.items()}
+        self.labels = self.labels.to(self.device)
         self.optimizers = {}
+        self.compiled_models = {}
 
     def tokens(self, kind: str) -> int:
         """Tokens per call: input tokens of both sides for train and forward, new tokens for generate."""
-        if kind == "generate":
-            return self.generate_batch * self.new_tokens
+        if kind.startswith("generate"):
+            return int(kind.split("_")[1]) * self.new_tokens
         return self.batch * self.length * (2 if self.family == "seq2seq" else 1)
 
     def optimizer_state(self, model: torch.nn.Module) -> list[dict]:
         optimizer = self.optimizers.get(id(model))
         return list(optimizer.state.values()) if optimizer else []
 
+    def callable(self, model: torch.nn.Module):
+        """The model, compiled once with `--compile`."""
+        if not self.compiled:
+            return model
+        return self.compiled_models.setdefault(id(model), torch.compile(model))
+
     def run(self, kind: str, model: torch.nn.Module):
         if kind == "train":
             model.train()
-            optimizer = self.optimizers.setdefault(id(model), torch.optim.AdamW(model.parameters(), lr=1e-4))
-            model(**self.inputs, labels=self.labels).loss.backward()
+            optimizer = self.optimizers.setdefault(
+                id(model), torch.optim.AdamW(model.parameters(), lr=1e-4, fused=self.device == "cuda")
+            )
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device == "cuda"):
+                loss = self.callable(model)(**self.inputs, labels=self.labels).loss
+            loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             return None
         model.eval()
         with torch.inference_mode():
             if kind == "forward":
-                return model(**self.inputs).logits
+                return self.callable(model)(**self.inputs).logits
+            prompt = self.prompts[int(kind.split("_")[1])]
             greedy = self.family == "decoder"
+            extra = {}
+            if self.compiled:
+                compile_config = transformers.CompileConfig()
+                compile_config._compile_all_devices = True  # generate() compiles by itself on accelerators only
+                extra = {"cache_implementation": "static", "compile_config": compile_config}
             return model.generate(
-                self.prompt,
-                attention_mask=torch.ones_like(self.prompt),
+                prompt,
+                attention_mask=torch.ones_like(prompt),
                 max_new_tokens=self.new_tokens,
                 min_new_tokens=self.new_tokens,
                 num_beams=1 if greedy else 4,
                 do_sample=False,
                 use_cache=True,
+                **extra,
             )
 
 
 def kinds_of(family: str) -> tuple[str, ...]:
-    return KINDS if family != "encoder" else KINDS[1:]
+    return KINDS if family != "encoder" else tuple(kind for kind in KINDS if not kind.startswith("generate"))
 
 
 def build(spec: dict):
+    """The pair's two models on the device (float32), and the workload."""
     builder, family, _, _ = PAIRS[spec["pair"]]
     torch.manual_seed(0)
-    aiayn_model, reference = builder(spec["length"] + spec["new_tokens"])
+    aiayn_model, reference = builder(SHAPES[spec["shape"]], spec["length"] + spec["new_tokens"])
     models = {"aiayn": aiayn_model, "reference": reference}
     for model in models.values():
         model.set_attn_implementation("sdpa")
-    workload = Workload(family, spec["length"], spec["batch"], spec["generate_batch"], spec["new_tokens"])
-    return models, workload
+        model.to(spec["device"])
+    return models, Workload(spec, family)
+
+
+def inference_models(models: dict, device: str) -> dict:
+    """The models inference runs on: on GPUs bfloat16 copies, on CPUs the float32 models themselves."""
+    if device == "cpu":
+        return models
+    return {key: copy.deepcopy(model).to(torch.bfloat16) for key, model in models.items()}
+
+
+def timed(workload: Workload, kind: str, model: torch.nn.Module) -> float:
+    synchronize(workload.device)
+    start = time.perf_counter()
+    workload.run(kind, model)
+    synchronize(workload.device)
+    return time.perf_counter() - start
 
 
 def measure_speed(spec: dict) -> dict:
@@ -252,16 +339,18 @@ def measure_speed(spec: dict) -> dict:
     models, workload = build(spec)
     _, family, _, same_weights = PAIRS[spec["pair"]]
     results = {}
+    inference = inference_models(models, spec["device"])
     for kind in kinds_of(family):
-        outputs = {key: workload.run(kind, model) for key, model in models.items()}  # warm-up
-        if kind == "generate" and same_weights and not torch.equal(outputs["aiayn"], outputs["reference"]):
+        run_on = models if kind == "train" else inference
+        outputs = {key: workload.run(kind, model) for key, model in run_on.items()}  # warm-up
+        # Float32 on CPUs: the same weights give the same tokens (in bfloat16 rounding may tip a close choice).
+        compare_tokens = kind.startswith("generate") and same_weights and spec["device"] == "cpu"
+        if compare_tokens and not torch.equal(outputs["aiayn"], outputs["reference"]):
             raise RuntimeError(f"{spec['pair']}: aiayn and the reference generated different tokens")
-        times = {key: [] for key in models}
+        times = {key: [] for key in run_on}
         for repeat in range(spec["repeats"]):
-            for key in models if repeat % 2 == 0 else reversed(models):
-                start = time.perf_counter()
-                workload.run(kind, models[key])
-                times[key].append(time.perf_counter() - start)
+            for key in run_on if repeat % 2 == 0 else reversed(run_on):
+                times[key].append(timed(workload, kind, run_on[key]))
         results[kind] = {key: workload.tokens(kind) / statistics.median(values) for key, values in times.items()}
         results[kind]["seconds"] = times
     train = results["train"]
@@ -270,6 +359,7 @@ def measure_speed(spec: dict) -> dict:
     train["mfu"] = {
         key: steps * train["flops"] / 1e9 / spec["ceiling_gflops"] for key, steps in steps_per_second.items()
     }
+    results["routes"] = cpu_linear_routes()
     return results
 
 
@@ -281,8 +371,8 @@ def tensor_mib(tensors) -> float:
 
 def peak_allocated_mib(call) -> float:
     """The most memory `call()` holds at once beyond what was allocated before it, in MiB: the running sum of the
-    allocations and frees that torch's profiler records from torch's CPU allocator (every tensor, and oneDNN's
-    scratch memory), in their order. The CPU analogue of `torch.cuda.max_memory_allocated`."""
+    allocations and frees that torch's profiler records from torch's CPU allocator, in their order. The CPU
+    analogue of `torch.cuda.max_memory_allocated`."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as profile:
         call()
@@ -296,18 +386,25 @@ def peak_allocated_mib(call) -> float:
 
 def measure_memory(spec: dict) -> dict:
     """One model in this process (the other one is built for the same weights and freed). For each kind, after a
-    warm-up call: the model's parameters and buffers, the optimizer's state, and the most a call allocates beyond
-    them (activations, gradients, cache, logits)."""
+    warm-up call: on CPUs the model's parameters and buffers, the optimizer's state, and the most a call allocates
+    beyond them; on GPUs the peak of `torch.cuda.max_memory_allocated` during the call."""
     models, workload = build(spec)
     model = models.pop(spec["model"])
     models.clear()
     gc.collect()
+    inference = inference_models({"model": model}, spec["device"])["model"]
     results = {}
     for kind in kinds_of(PAIRS[spec["pair"]][1]):
-        workload.run(kind, model)
-        optimizer_state = [value for state in workload.optimizer_state(model) for value in state.values()]
-        held = tensor_mib([*model.parameters(), *model.buffers(), *optimizer_state])
-        results[kind] = held + peak_allocated_mib(lambda kind=kind: workload.run(kind, model))
+        run_on = model if kind == "train" else inference
+        workload.run(kind, run_on)
+        if spec["device"] == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            workload.run(kind, run_on)
+            results[kind] = torch.cuda.max_memory_allocated() / 2**20
+            continue
+        optimizer_state = [value for state in workload.optimizer_state(run_on) for value in state.values()]
+        held = tensor_mib([*run_on.parameters(), *run_on.buffers(), *optimizer_state])
+        results[kind] = held + peak_allocated_mib(lambda kind=kind, run_on=run_on: workload.run(kind, run_on))
     return results
 
 
@@ -330,6 +427,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", nargs="+", choices=list(PAIRS), default=list(PAIRS))
     parser.add_argument("--lengths", nargs="+", type=int, help="sequence lengths (default 128 256 512 1024 2048)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--shape", choices=list(SHAPES), default="512", help="the models' width (default 512)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models; static-cache decoding")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, help="timed repeats of each model (default 5; --quick 3)")
     parser.add_argument("--tokens-per-step", type=int, help="batch x length of a step (default 2048; --quick 512)")
@@ -348,29 +448,29 @@ def main():
     tokens_per_step = args.tokens_per_step or (512 if quick else 2048)
     new_tokens = args.new_tokens or (16 if quick else 64)
     torch.set_num_threads(args.threads)
-    ceiling = matmul_ceiling()
+    ceiling = matmul_ceiling(args.device)
+    print(f"{machine_description(args.device)}; torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"matmul ceiling ({args.device}, {args.threads} thread(s)): {ceiling:.0f} GFLOP/s")
+    generate_header = " | ".join(f"{f'gen b{batch} tok/s a/ref':>20} {'ratio':>5}" for batch in GENERATE_BATCHES)
+    memory_header = " ".join(f"{f'{kind} a/ref':>15}" for kind in ("train", "fwd", "gen b1", "gen b8"))
     print(
-        f"matmul ceiling ({args.threads} thread(s)): "
-        + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in ceiling.items())
-    )
-    header = (
         f"{'pair':7} {'len':>5} {'batch':>5} | {'train tok/s a/ref':>19} {'ratio':>5} {'MFU a/ref':>11} | "
-        f"{'forward tok/s a/ref':>19} {'ratio':>5} | {'generate tok/s a/ref':>20} {'ratio':>5} | "
-        f"{'peak MiB train a/ref':>20} {'fwd a/ref':>13} {'gen a/ref':>13}"
+        f"{'forward tok/s a/ref':>19} {'ratio':>5} | {generate_header} | peak MiB {memory_header}"
     )
-    print(header)
     rows = []
     for name in args.pairs:
         for length in lengths:
             spec = {
                 "pair": name,
+                "shape": args.shape,
+                "device": args.device,
+                "compile": args.compile,
                 "length": length,
                 "batch": max(1, tokens_per_step // length),
-                "generate_batch": max(1, tokens_per_step // 4 // length),
                 "new_tokens": new_tokens,
                 "repeats": repeats,
                 "threads": args.threads,
-                "ceiling_gflops": max(ceiling.values()),
+                "ceiling_gflops": ceiling,
             }
             row = dict(spec, speed=in_fresh_process(dict(spec, mode="speed")))
             if not args.no_memory:
@@ -379,21 +479,38 @@ def main():
                 }
             rows.append(row)
             print(format_row(row), flush=True)
-    ceiling_after = matmul_ceiling()
-    print("matmul ceiling after: " + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in ceiling_after.items()))
+    ceiling_after = matmul_ceiling(args.device)
+    print(f"matmul ceiling after: {ceiling_after:.0f} GFLOP/s")
+    print_routes(rows)
     if args.json:
         environment = {
+            "machine": machine_description(args.device),
+            "device": args.device,
             "threads": args.threads,
+            "compile": args.compile,
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "processor": platform.processor() or platform.machine(),
             "matmul_gflops_before": ceiling,
             "matmul_gflops_after": ceiling_after,
-            "shape": SHAPE,
-            "vocab_size": VOCAB,
+            "shape": SHAPES[args.shape],
         }
         with open(args.json, "w") as f:
             json.dump({"environment": environment, "results": rows}, f, indent=2)
+
+
+def print_routes(rows: list[dict]):
+    """The library aiayn's products took, per shape class, over all the processes that measured the class."""
+    choices = {}
+    for row in rows:
+        for shape_class, route in row["speed"]["routes"].items():
+            choices.setdefault(shape_class, []).append(route)
+    if not choices:
+        return
+    print("aiayn's float32 CPU products, per shape class (rows rounded up to a power of two): the library measured")
+    print("faster, in how many of the processes that met the class")
+    for shape_class, routes in choices.items():
+        counts = ", ".join(f"{name} {routes.count(name)}/{len(routes)}" for name in sorted(set(routes)))
+        print(f"  {shape_class}: {counts}")
 
 
 def format_row(row: dict) -> str:
@@ -411,11 +528,14 @@ def format_row(row: dict) -> str:
         f"{row['pair']:7} {row['length']:5d} {row['batch']:5d} |",
         f"{pair(train):>19} {ratio(train):>5} {pair(train['mfu'], percent=True):>11} |",
         f"{pair(speed['forward']):>19} {ratio(speed['forward']):>5} |",
-        f"{pair(speed['generate'], 1):>20} {ratio(speed['generate']):>5} |" if "generate" in speed else f"{'-':>26} |",
     ]
-    for kind, width in (("train", 20), ("forward", 13), ("generate", 13)) if memory else ():
+    for batch in GENERATE_BATCHES:
+        values = speed.get(f"generate_{batch}")
+        cells.append(f"{pair(values, 1):>20} {ratio(values):>5} |" if values else f"{'-':>26} |")
+    cells.append("        ")
+    for kind in ("train", "forward", *(f"generate_{batch}" for batch in GENERATE_BATCHES)) if memory else ():
         peaks = {key: values[kind] for key, values in memory.items() if kind in values}
-        cells.append(f"{pair(peaks, 1) if peaks else '-':>{width}}")
+        cells.append(f"{pair(peaks, 1) if peaks else '-':>15}")
     return " ".join(cells)
 
 

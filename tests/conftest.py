@@ -74,6 +74,16 @@ def padded_batch(batch: int = 3, length: int = 9, seed: int = 1) -> tuple[torch.
     return ids.masked_fill(mask == 0, 0), mask
 
 
+def prompt_batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three prompts of up to 8 tokens: left-padded for the decoder family, right-padded sources for seq2seq."""
+    ids, mask = random_ids(3, 8, seed=5), torch.ones(3, 8, dtype=torch.long)
+    if family == "decoder":
+        mask[1, :3], mask[2, :1] = 0, 0
+    else:
+        mask[1, 5:], mask[2, 7:] = 0, 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
 def lm_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor | None = None) -> dict:
     """Forward arguments: seq2seq models get the same ids as source and as decoder input."""
     inputs = {"input_ids": ids, "attention_mask": mask}

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import POSITION_TYPES, VOCAB, lm_model, random_ids, word_tokenizer
+from conftest import POSITION_TYPES, VOCAB, lm_model, prompt_batch, random_ids, word_tokenizer
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
 import aiayn
@@ -17,16 +17,6 @@ NEW_TOKENS = 8
 FULL_LENGTH = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
 BEAM = {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6, "do_sample": False}
 GREEDY = {"do_sample": False}
-
-
-def prompt_batch(family: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Three prompts of up to 8 tokens: left-padded for the decoder family, right-padded sources for seq2seq."""
-    ids, mask = random_ids(3, 8, seed=5), torch.ones(3, 8, dtype=torch.long)
-    if family == "decoder":
-        mask[1, :3], mask[2, :1] = 0, 0
-    else:
-        mask[1, 5:], mask[2, 7:] = 0, 0
-    return ids.masked_fill(mask == 0, 0), mask
 
 
 def new_tokens(family: str, outputs: torch.Tensor, prompt_length: int) -> torch.Tensor:

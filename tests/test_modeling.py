@@ -18,12 +18,11 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 import aiayn
 from aiayn.modeling_aiayn import (
-    ONEDNN_LINEAR,
     AiaynFeedForward,
     AiaynLayer,
-    AiaynLinear,
     AiaynSelfAttention,
     AiaynSinusoidalPositionEmbedding,
+    LinearCrossEntropy,
     apply_rotary,
     inverse_frequencies,
     relative_position_bucket,
@@ -206,6 +205,82 @@ def test_losses_divide_by_num_items_in_batch(model_factory, make_inputs, summed_
     torch.testing.assert_close(outputs.loss, summed_loss(outputs, inputs) / 23, rtol=1e-6, atol=1e-7)
 
 
+def loss_and_gradients(model, inputs: dict, **kwargs) -> dict[str, torch.Tensor]:
+    """The loss and every parameter's gradient of one backward pass, with the model's other outputs."""
+    model.zero_grad(set_to_none=True)
+    outputs = model(**inputs, **kwargs)
+    outputs.loss.backward()
+    return outputs, {"loss": outputs.loss.detach(), **{k: p.grad for k, p in model.named_parameters()}}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_the_loss_without_logits_is_the_loss_over_the_logits(family, use_bias):
+    """Training with labels skips the logits by default: the loss is computed a few rows at a time from the hidden
+    states (only the labelled rows in eager mode), with the same value and gradients as over the logits, for the
+    mean and for the Trainer's `num_items_in_batch`."""
+    model = lm_model(family, use_bias=use_bias, tie_word_embeddings=not use_bias).train()
+    ids, mask = padded_batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, ::3] = -100
+    inputs = lm_inputs(family, ids, mask) | {"labels": labels}
+    for extra in ({}, {"num_items_in_batch": torch.tensor(29)}):
+        outputs, fused = loss_and_gradients(model, inputs, **extra)
+        assert outputs.logits is None
+        outputs, reference = loss_and_gradients(model, inputs, skip_logits=False, **extra)
+        assert outputs.logits.shape == (*ids.shape, VOCAB)
+        torch.testing.assert_close(fused, reference, rtol=1e-5, atol=5e-7)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 64])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_linear_cross_entropy_in_chunks(chunk_rows, autocast):
+    """The chunked loss and its gradients equal cross-entropy over the full logits, whatever the chunk (one row, some
+    rows, all rows), ignored rows included; under bfloat16 autocast the products run in bfloat16 as they would over
+    the logits, and the gradients come back in the parameters' dtype."""
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(13, 16, generator=generator, requires_grad=True)
+    projection = torch.nn.Linear(16, 40)
+    labels = torch.randint(0, 40, (13,), generator=generator)
+    labels[[2, 7]] = -100
+    results = {}
+    for name in ("chunked", "reference"):
+        hidden.grad = projection.weight.grad = projection.bias.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            if name == "chunked":
+                args = (hidden, projection.weight, projection.bias, labels, -100, chunk_rows)
+                loss = LinearCrossEntropy.apply(*args)
+            else:
+                loss = F.cross_entropy(projection(hidden).float(), labels, reduction="sum")
+        loss.backward()
+        results[name] = [loss, hidden.grad, projection.weight.grad, projection.bias.grad]
+    assert [grad.dtype for grad in results["chunked"][1:]] == [torch.float32] * 3
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if autocast else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(results["chunked"], results["reference"], **tolerance)
+
+
+def test_the_loss_without_logits_calls_an_adapted_projection():
+    """A projection with a hook (an adapter, accelerate's offloading) is called rather than read as a matrix."""
+    model = lm_model("decoder").train()
+    ids = random_ids(2, 8)
+    model.lm_head.register_forward_hook(lambda module, inputs, output: output * 2)
+    _, fused = loss_and_gradients(model, {"input_ids": ids, "labels": ids})
+    _, reference = loss_and_gradients(model, {"input_ids": ids, "labels": ids}, skip_logits=False)
+    torch.testing.assert_close(fused, reference, rtol=1e-6, atol=1e-7)
+
+
+def test_logits_are_returned_unless_training_with_labels_or_skipped():
+    model = lm_model("decoder")
+    ids = random_ids(2, 8)
+    assert model(ids, labels=ids).logits is not None  # evaluation
+    assert model.train()(ids).logits is not None  # no labels
+    assert model(ids, labels=ids).logits is None
+    assert model(ids, labels=ids, skip_logits=False).logits is not None
+    assert model.eval()(ids, labels=ids, skip_logits=True).logits is None  # as the Trainer asks with Liger-Kernel
+    with pytest.raises(ValueError, match="skip_logits=True .* no labels were given"):
+        model(ids, skip_logits=True)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("position", POSITION_TYPES)
 def test_eager_and_sdpa_agree_with_padding(family, position):
@@ -329,6 +404,33 @@ def test_relative_bias_is_one_table_per_stack_shared_by_its_layers():
         "model.encoder.relative_position_bias.embedding.weight",
         "model.decoder.relative_position_bias.embedding.weight",
     ]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("autocast", [False, True])
+def test_attention_masks_reach_sdpa_laid_out_for_its_fused_kernels(family, autocast, monkeypatch):
+    """The masks sdpa receives, the relative bias folded in, are contiguous (batch, heads, queries, keys) tensors in
+    the dtype the attention computes in (bfloat16 under autocast), or boolean: a mask laid out otherwise (heads
+    innermost, as the bias table's rows are) or of another dtype sends GPUs' sdpa to its slow math path."""
+    sdpa = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS["sdpa"]
+    received = []
+
+    def recording_sdpa(module, query, key, value, attention_mask, **kwargs):
+        received.append((query.dtype, attention_mask))
+        return sdpa(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setitem(transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS, "sdpa", recording_sdpa)
+    model = lm_model(family, position_embedding_type="relative")
+    ids, mask = padded_batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        model(**lm_inputs(family, ids, mask))
+    biased = [mask for _, mask in received if mask is not None and mask.shape[1] == model.config.num_heads]
+    config = model.config
+    assert len(biased) == config.num_layers + (config.num_decoder_layers if family == "seq2seq" else 0)
+    for query_dtype, mask in received:
+        if mask is not None:
+            assert mask.is_contiguous() and mask.dtype in (query_dtype, torch.bool)
+    assert all(mask.dtype == (torch.bfloat16 if autocast else torch.float32) for mask in biased)
 
 
 @pytest.mark.parametrize("scale_attention", [True, False])
@@ -513,46 +615,3 @@ def test_flex_attention_agrees_with_eager(family, position):
             logits[implementation] = model(**lm_inputs(family, ids, mask)).logits
     real = mask.bool()
     torch.testing.assert_close(logits["flex_attention"][real], logits["eager"][real], rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize(
-    ("family", "position"),
-    [("encoder", "learned"), ("decoder", "learned"), ("decoder", "rotary"), ("seq2seq", "relative")],
-)
-def test_a_training_step_compiles_as_one_graph(family, position):
-    """Forward, loss and backward are captured whole (`fullgraph=True`: any graph break raises) and give eager's loss
-    and gradients. The `aot_eager` backend traces the autograd graph as inductor would, without generating code."""
-    ids, mask = padded_batch()
-    inputs = lm_inputs(family, ids, mask)
-    inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    model = lm_model(family, position_embedding_type=position).train()
-    gradients = {}
-    for name, run in (("eager", model), ("compiled", torch.compile(model, fullgraph=True, backend="aot_eager"))):
-        model.zero_grad(set_to_none=True)
-        loss = run(**inputs).loss
-        loss.backward()
-        gradients[name] = {key: parameter.grad for key, parameter in model.named_parameters()}
-        gradients[name]["loss"] = loss.detach()
-    torch.testing.assert_close(gradients["compiled"], gradients["eager"], rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(7, 24), (3, 5, 24), (2, 20, 24)])  # fewer and more tokens than inputs
-def test_linear_layers_compute_what_nn_linear_computes(bias, shape):
-    """AiaynLinear (oneDNN's products on x86 CPUs) gives nn.Linear's outputs and gradients, accumulated over two
-    backward passes, with the weight's gradient laid out as the weight."""
-    torch.manual_seed(0)
-    reference = torch.nn.Linear(24, 40, bias=bias)
-    linear = AiaynLinear(24, 40, bias=bias)
-    linear.load_state_dict(reference.state_dict())
-    results = {}
-    for name, layer in (("reference", reference), ("aiayn", linear)):
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(1), requires_grad=True)
-        for _ in range(2):
-            output = layer(x)
-            output.backward(torch.cos(output.detach()))
-        results[name] = {"output": output, "x": x.grad, **{key: p.grad for key, p in layer.named_parameters()}}
-    assert results["aiayn"]["weight"].is_contiguous()
-    torch.testing.assert_close(results["aiayn"], results["reference"], rtol=1e-6, atol=1e-6)
-    # On x86 CPUs the products went through oneDNN (else this compares nn.Linear with itself).
-    assert ("OneDNN" in type(results["aiayn"]["output"].grad_fn).__name__) == ONEDNN_LINEAR

@@ -25,66 +25,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
-
-
-def _onednn_linear_available() -> bool:
-    """Whether this is an x86 CPU with AVX2 or AVX-512 and torch has oneDNN's linear operator."""
-    if not torch.backends.cpu.get_cpu_capability().startswith("AVX") or not torch.backends.mkldnn.is_available():
-        return False
-    return hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-ONEDNN_LINEAR = _onednn_linear_available()
-
-
-def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """`x @ weight.T + bias` for 2D `x` with oneDNN's inner-product primitive."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
-class _OneDNNLinearFunction(torch.autograd.Function):
-    """`y = x W^T + b` and its gradients `dx = dy W`, `dW = dy^T x`, `db = sum(dy)`, every product through oneDNN."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return _onednn_linear(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
-
-    @staticmethod
-    def backward(ctx, grad_output: torch.Tensor):
-        x, weight = ctx.saved_tensors
-        grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
-        grad_x = grad_weight = grad_bias = None
-        # oneDNN takes a transposed weight operand as it is and copies a transposed input operand. dW = dy^T x copies
-        # dy^T (tokens x d_out); (x^T dy)^T copies x^T and comes out transposed, which autograd copies into the
-        # weight's layout (d_out x d_in). The smaller copy wins: dy with fewer tokens than d_in, else dW.
-        if ctx.needs_input_grad[0]:
-            grad_x = _onednn_linear(grad_rows, weight.t(), None).view(x.shape)
-        if ctx.needs_input_grad[1]:
-            x_rows = x.reshape(-1, x.shape[-1])
-            if x_rows.shape[0] < x_rows.shape[1]:
-                grad_weight = _onednn_linear(grad_rows.t(), x_rows.t(), None)
-            else:
-                grad_weight = _onednn_linear(x_rows.t(), grad_rows.t(), None).t()
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_rows.sum(0)
-        return grad_x, grad_weight, grad_bias
-
-
-class AiaynLinear(nn.Linear):
-    """`nn.Linear` (same parameters, same state dict) whose float32 products on x86 CPUs run through oneDNN.
-
-    oneDNN uses AVX-512 wherever the CPU has it, while torch's default BLAS (MKL) takes generic paths on non-Intel
-    CPUs: on an AMD EPYC (Zen 4) oneDNN is about twice as fast for these layers' shapes, from single-token decoding
-    to training batches, forward and backward (`benchmarks/`). Results agree with `nn.Linear` to float32 rounding.
-    On GPUs, other CPUs and other dtypes this is `nn.Linear`.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if ONEDNN_LINEAR and x.device.type == "cpu" and x.dtype == torch.float32 == self.weight.dtype:
-            return _OneDNNLinearFunction.apply(x, self.weight, self.bias)
-        return super().forward(x)
+from .cpu_linear import AiaynLinear, product
 
 
 class AiaynRMSNorm(nn.Module):
@@ -177,7 +118,9 @@ def relative_position_bucket(
     is_small = distance < max_exact
     # A float64 scalar, like T5's math.log: a 0-dim tensor leaves the float32 arithmetic in float32.
     log_range = torch.tensor(max_distance / max_exact, dtype=torch.float64, device=distance.device).log()
-    log_bucket = max_exact + (torch.log(distance.float() / max_exact) / log_range * (num_buckets - max_exact)).long()
+    # Distances below max_exact take the exact bucket; clamped, they also stay out of log(0) in the unused branch.
+    log_distance = torch.log(distance.clamp(min=max_exact).float() / max_exact)
+    log_bucket = max_exact + (log_distance / log_range * (num_buckets - max_exact)).long()
     log_bucket = torch.clamp(log_bucket, max=num_buckets - 1)
     return buckets + torch.where(is_small, distance, log_bucket)
 
@@ -203,7 +146,9 @@ class AiaynRelativePositionBias(nn.Module):
         buckets = relative_position_bucket(
             key_position - query_position, self.bidirectional, self.num_buckets, self.max_distance
         )
-        return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)
+        # Made contiguous with the heads outermost: laid out as the embedding rows (heads innermost), the bias would
+        # pass that layout on to the (batch, heads, queries, keys) mask, which the fused sdpa kernels do not take.
+        return self.embedding(buckets).permute(2, 0, 1).contiguous().unsqueeze(0)
 
 
 def eager_attention_forward(
@@ -656,6 +601,13 @@ def open_unattended_queries(attention_mask) -> tuple[torch.Tensor | object | Non
     return attention_mask.masked_fill(unattended, 0.0), unattended
 
 
+def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
+    """The dtype attention computes in: autocast's where it is on (the projections' outputs), else the states'. Masks
+    and biases built in it reach the attention kernel as they are, rather than cast again in every layer."""
+    device_type = hidden_states.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
+
+
 def position_ids_from_mask(
     attention_mask: torch.Tensor | None, past_length: int | torch.Tensor, seq_length: int, device: torch.device
 ) -> torch.Tensor:
@@ -760,7 +712,8 @@ class AiaynStack(AiaynPreTrainedModel):
                 if self_attention_cache is not None
                 else seq_length
             )
-            position_bias = self.relative_position_bias(seq_length, key_length, past_length).to(hidden_states.dtype)
+            position_bias = self.relative_position_bias(seq_length, key_length, past_length)
+            position_bias = position_bias.to(attention_dtype(hidden_states))
             attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias, batch_size)
         position_embeddings = (
             self.rotary_embedding(position_ids, hidden_states.dtype) if self.rotary_embedding is not None else None
@@ -872,7 +825,7 @@ class AiaynStack(AiaynPreTrainedModel):
             return position_bias, None
         if attention_mask.dtype == torch.bool:
             return torch.where(attention_mask, position_bias, torch.finfo(position_bias.dtype).min), None
-        return attention_mask + position_bias, None
+        return attention_mask.to(position_bias.dtype) + position_bias, None
 
 
 class AiaynClassificationHead(nn.Module):
@@ -941,3 +894,92 @@ def sequence_classification_loss(
     if num_items_in_batch is not None:
         loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
     return loss
+
+
+def skips_logits(skip_logits: bool | None, labels: torch.Tensor | None, training: bool) -> bool:
+    """Whether a language-model head computes its loss without the logits (`token_prediction_loss`). `skip_logits` is
+    the argument transformers' Trainer and Liger-Kernel use: by default the logits are skipped when training with
+    labels, where only the loss is needed; `skip_logits=False` asks for them."""
+    if skip_logits and labels is None:
+        raise ValueError("skip_logits=True computes the loss without logits, from the labels; no labels were given.")
+    return training and labels is not None if skip_logits is None else skip_logits
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """`sum_i -log softmax(x_i W^T + b)[y_i]` over the rows with a label (`y_i != ignore_index`), and its gradients,
+    computed a chunk of rows at a time (Liger-Kernel's fused linear cross-entropy): neither the logits nor their
+    float32 copy, probabilities or gradient exist for more than one chunk. The gradients are computed in the forward,
+    from each chunk's probabilities (`dL/dlogits = softmax - onehot(y)`), so the backward only scales them."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, ignore_index: int, chunk_rows: int) -> torch.Tensor:
+        needs_weight, needs_bias = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_weight else None
+        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if needs_bias else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.shape[0], chunk_rows):
+            rows, targets = hidden[start : start + chunk_rows], labels[start : start + chunk_rows]
+            logits = product(rows, weight, bias)  # in autocast's dtype where it is on
+            probabilities = logits.float()
+            log_normalizer = probabilities.logsumexp(-1, keepdim=True)
+            labelled = (targets != ignore_index)[:, None]
+            targets = targets[:, None].masked_fill(~labelled, 0)
+            total += ((log_normalizer - probabilities.gather(1, targets)) * labelled).sum()
+            probabilities = probabilities.sub_(log_normalizer).exp_()
+            probabilities.scatter_add_(1, targets, torch.full_like(log_normalizer, -1.0)).mul_(labelled)
+            grad_logits = probabilities.to(logits.dtype)
+            if grad_hidden is not None:
+                grad_hidden[start : start + chunk_rows] = product(grad_logits, weight.to(logits.dtype).t())
+            if grad_weight is not None:
+                grad_weight += product(grad_logits.t(), rows.to(logits.dtype).t()).float()
+            if grad_bias is not None:
+                grad_bias += probabilities.sum(0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total: torch.Tensor):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        scaled = [None if grad is None else grad * grad_total for grad in (grad_hidden, grad_weight, grad_bias)]
+        grad_hidden, grad_weight, grad_bias = scaled
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(ctx.weight_dtype)
+        if grad_bias is not None:
+            grad_bias = grad_bias.to(ctx.weight_dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None
+
+
+def token_prediction_loss(
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor,
+    projection: nn.Linear,
+    features: nn.Module | None = None,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    ignore_index: int = -100,
+    **kwargs,
+) -> torch.Tensor:
+    """The cross-entropy of the tokens `labels` names under `projection(features(hidden_states))`, the same value and
+    gradients as transformers' loss over the logits (the mean over labelled tokens, or the sum divided by the
+    Trainer's `num_items_in_batch`) without the logits of the batch: in eager mode only the labelled rows are read
+    (a masked LM predicts about 15% of its tokens), and `LinearCrossEntropy` projects them a chunk at a time."""
+    hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1])
+    labels = labels.reshape(-1).to(hidden_states.device)
+    if not torch.compiler.is_compiling():  # a data-dependent shape would break the graph
+        labelled = labels != ignore_index
+        hidden_states, labels = hidden_states[labelled], labels[labelled]
+    if features is not None:
+        hidden_states = features(hidden_states)
+    if isinstance(projection, nn.Linear) and not (projection._forward_hooks or projection._forward_pre_hooks):
+        # Chunks of at least 256 rows keep the products efficient; 2^24 logits (64 MiB in float32) bound each one.
+        chunk_rows = max(256, 2**24 // projection.out_features)
+        total = LinearCrossEntropy.apply(
+            hidden_states, projection.weight, projection.bias, labels, ignore_index, chunk_rows
+        )
+    else:  # an adapter or a hook (PEFT, accelerate's offloading) owns the projection: call it
+        logits = projection(hidden_states).float()
+        total = nn.functional.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+    if num_items_in_batch is None:
+        return total / (labels != ignore_index).sum()
+    return total / torch.as_tensor(num_items_in_batch, device=total.device)

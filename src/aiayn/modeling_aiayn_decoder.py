@@ -17,15 +17,17 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
+from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
-    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     check_labels_shape,
     last_token_index,
     sequence_classification_loss,
+    skips_logits,
+    token_prediction_loss,
 )
 
 
@@ -116,6 +118,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        skip_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
@@ -123,6 +126,9 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
             Usually the `input_ids`; the model shifts them, so position i is scored on token i + 1. -100 is ignored.
         logits_to_keep (`int` or `torch.Tensor`, *optional*):
             Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
+        skip_logits (`bool`, *optional*):
+            Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
+            when training with labels; `False` returns the logits.
         """
         outputs = self.model(
             input_ids=input_ids,
@@ -134,14 +140,20 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        hidden_states, logits, loss = outputs.last_hidden_state, None, None
         if self.config.scale_decoder_outputs:
             hidden_states = hidden_states * self.config.d_model**-0.5
-        logits = self.lm_head(hidden_states)
-        loss = None
         if labels is not None:
-            check_labels_shape(labels, tuple(outputs.last_hidden_state.shape[:2]), "one label per input token")
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per input token")
+        if skips_logits(skip_logits, labels, self.training):
+            shift_labels = kwargs.pop("shift_labels", None)
+            if shift_labels is None:  # as transformers' ForCausalLMLoss: position i is scored on label i + 1
+                shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+            loss = token_prediction_loss(hidden_states, shift_labels, self.lm_head, **kwargs)
+        else:
+            logits = self.lm_head(slice_logits_to_keep(hidden_states, logits_to_keep))
+            if labels is not None:
+                loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,

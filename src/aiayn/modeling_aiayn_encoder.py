@@ -16,15 +16,17 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
+from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
-    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     build_norm,
     check_labels_shape,
     sequence_classification_loss,
+    skips_logits,
+    token_prediction_loss,
 )
 
 
@@ -105,8 +107,12 @@ class AiaynEncoderMaskedLMHead(nn.Module):
         self.norm = build_norm(config)
         self.decoder = AiaynLinear(config.d_model, config.vocab_size, bias=config.use_bias)
 
+    def features(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The transformed states that the projection to the vocabulary reads."""
+        return self.norm(self.act(self.dense(hidden_states)))
+
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))
+        return self.decoder(self.features(hidden_states))
 
 
 class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
@@ -134,11 +140,15 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        skip_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             The tokens to predict at masked positions; -100 elsewhere (not shifted).
+        skip_logits (`bool`, *optional*):
+            Compute the loss without the logits, reading only the masked positions (`logits` is then None). By
+            default when training with labels; `False` returns the logits.
         """
         outputs = self.model(
             input_ids=input_ids,
@@ -148,11 +158,15 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
-        loss = None
+        hidden_states, logits, loss = outputs.last_hidden_state, None, None
         if labels is not None:
-            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per token")
+        if skips_logits(skip_logits, labels, self.training):
+            loss = token_prediction_loss(hidden_states, labels, self.lm_head.decoder, self.lm_head.features, **kwargs)
+        else:
+            logits = self.lm_head(hidden_states)
+            if labels is not None:
+                loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

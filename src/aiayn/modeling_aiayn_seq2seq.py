@@ -17,15 +17,17 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
+from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
-    AiaynLinear,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     check_labels_shape,
     last_token_index,
     sequence_classification_loss,
+    skips_logits,
+    token_prediction_loss,
 )
 
 
@@ -231,12 +233,16 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, Generati
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        skip_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
             Target tokens, -100 where ignored. Position i of the output is scored on `labels[:, i]` (no shift: the
             decoder inputs are the labels shifted right, built from them when `decoder_input_ids` is not given).
+        skip_logits (`bool`, *optional*):
+            Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
+            when training with labels; `False` returns the logits.
         """
         if labels is not None:
             use_cache = False
@@ -255,14 +261,17 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, Generati
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states = outputs.last_hidden_state
+        hidden_states, logits, loss = outputs.last_hidden_state, None, None
         if self.config.scale_decoder_outputs:
             hidden_states = hidden_states * self.config.d_model**-0.5
-        logits = self.lm_head(hidden_states)
-        loss = None
         if labels is not None:
-            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per decoder input token")
-            loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per decoder input token")
+        if skips_logits(skip_logits, labels, self.training):
+            loss = token_prediction_loss(hidden_states, labels, self.lm_head, **kwargs)
+        else:
+            logits = self.lm_head(hidden_states)
+            if labels is not None:
+                loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

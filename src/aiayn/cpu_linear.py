@@ -1,0 +1,149 @@
+"""`AiaynLinear`: `nn.Linear` whose float32 products on CPUs run through whichever of torch's two CPU matmul libraries
+is faster for their shapes on this machine, as measured here.
+
+torch's `nn.Linear` multiplies with its BLAS (MKL on x86); torch also ships oneDNN, whose inner-product primitive is
+faster on some CPUs and shapes and slower on others: about twice as fast on an AMD EPYC Zen 4, 4-30% faster on a
+Zen 1 from 8 rows up and 20-40% slower for single rows, slower everywhere on an Intel Xeon with AVX-512
+(`benchmarks/`). So nothing is assumed: the first time a product of a new shape class (rows rounded up to a power of
+two, sizes, which operands are transposed, threads) comes by, both libraries compute it a few times, interleaved,
+and oneDNN is kept for that class only if it took at most 95% of MKL's time (the way `torch.backends.cudnn.benchmark`
+picks convolution algorithms). The layer's forward `x W^T` and its backward `dy W` and `dy^T x` are three classes.
+
+Everything else is `nn.Linear`: other devices and dtypes, products too small to gain, `torch.compile` and
+`torch.export` (whose graphs then hold standard ops only), and `torch.use_deterministic_algorithms(True)`, since the
+choice is made per process. `CPU_LINEAR_ROUTE` overrides the choice: `"auto"` (the default), `"torch"` or `"onednn"`.
+"""
+
+import time
+
+import torch
+from torch import nn
+
+CPU_LINEAR_ROUTE = "auto"
+# Products of fewer multiply-adds are dominated by the call itself, where the two libraries do not differ much.
+SMALLEST_TUNED_PRODUCT = 2**18
+# A timing multiplies at most this many (rows are cut to fit): a few milliseconds on a slow core.
+LARGEST_TIMED_PRODUCT = 2**27
+ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+# (rows rounded up to a power of two, inner size, output size, a transposed, b transposed, bias, threads) -> whether
+# oneDNN computes `a @ b^T (+ bias)` faster than torch
+_onednn_is_faster: dict[tuple[int, int, int, bool, bool, bool, int], bool] = {}
+
+
+def onednn_linear(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`a @ b^T + bias` for 2D `a` and `b` with oneDNN's inner-product primitive."""
+    return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")
+
+
+def _median_seconds(products, repeats: int = 5) -> list[float]:
+    """The median time of each product, their repeats interleaved so that a neighbour's load affects all alike."""
+    for product in products:
+        product()
+    times = [[] for _ in products]
+    for repeat in range(repeats):
+        order = range(len(products)) if repeat % 2 == 0 else reversed(range(len(products)))
+        for index in order:
+            start = time.perf_counter()
+            products[index]()
+            times[index].append(time.perf_counter() - start)
+    return [sorted(values)[repeats // 2] for values in times]
+
+
+def _operand(rows: int, columns: int, transposed: bool) -> torch.Tensor:
+    return torch.randn(columns, rows).t() if transposed else torch.randn(rows, columns)
+
+
+def _time_routes(rows: int, inner: int, out: int, a_transposed: bool, b_transposed: bool, bias: bool) -> bool:
+    rows = max(1, min(rows, LARGEST_TIMED_PRODUCT // (inner * out)))
+    a, b = _operand(rows, inner, a_transposed), _operand(out, inner, b_transposed)
+    c = torch.randn(out) if bias else None
+    with torch.no_grad():
+        torch_seconds, onednn_seconds = _median_seconds(
+            [lambda: nn.functional.linear(a, b, c), lambda: onednn_linear(a, b, c)]
+        )
+    return onednn_seconds <= 0.95 * torch_seconds
+
+
+def routable(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether oneDNN may compute `a @ b^T`: float32 on a CPU, in eager mode, unless told otherwise."""
+    return (
+        CPU_LINEAR_ROUTE != "torch"
+        and ONEDNN_AVAILABLE
+        and a.device.type == "cpu"
+        and a.dtype == b.dtype == torch.float32
+        and not torch.compiler.is_compiling()
+        and not torch.are_deterministic_algorithms_enabled()
+    )
+
+
+def uses_onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether the product `a @ b^T` (`a` of any rank) goes through oneDNN (see the module's docstring)."""
+    if not routable(a, b):
+        return False
+    rows = a.numel() // a.shape[-1]
+    if CPU_LINEAR_ROUTE == "onednn":
+        return rows > 0
+    out, inner = b.shape
+    if rows * inner * out < SMALLEST_TUNED_PRODUCT:
+        return False
+    transposed = (not a.is_contiguous(), not b.is_contiguous())  # timed as transposed, the backward's layouts
+    key = (1 << (rows - 1).bit_length(), inner, out, *transposed, bias is not None, torch.get_num_threads())
+    if key not in _onednn_is_faster:
+        _onednn_is_faster[key] = _time_routes(*key[:6])
+    return _onednn_is_faster[key]
+
+
+def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`a @ b^T + bias` for 2D `a` and `b`, through the faster library for its shape class."""
+    return onednn_linear(a, b, bias) if uses_onednn(a, b, bias) else nn.functional.linear(a, b, bias)
+
+
+def cpu_linear_routes() -> dict[str, str]:
+    """The library chosen for each product measured so far: `"rows<=R (R x K) @ (K x N)"` (with the transposed
+    operands and threads) -> `"onednn"` or `"torch"`."""
+    routes = {}
+    for (rows, inner, out, a_transposed, b_transposed, bias, threads), faster in sorted(_onednn_is_faster.items()):
+        layout = "".join(
+            (" a transposed" if a_transposed else "", " b transposed" if b_transposed else "", " bias" if bias else "")
+        )
+        routes[f"rows<={rows} ({rows} x {inner}) @ ({inner} x {out}){layout}, {threads} threads"] = (
+            "onednn" if faster else "torch"
+        )
+    return routes
+
+
+class _RoutedLinear(torch.autograd.Function):
+    """`y = x W^T + b` and its gradients `dx = dy W`, `dW = dy^T x`, `db = sum(dy)`, each product routed."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return product(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_rows = grad_output.reshape(-1, grad_output.shape[-1])
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = product(grad_rows, weight.t()).view(x.shape)
+        if ctx.needs_input_grad[1]:
+            grad_weight = product(grad_rows.t(), x.reshape(-1, x.shape[-1]).t())
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_rows.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+class AiaynLinear(nn.Linear):
+    """`nn.Linear` (same parameters, same state dict) whose float32 CPU products take the faster of MKL and oneDNN
+    for their shapes on this machine (see the module's docstring). Results agree with `nn.Linear` to float32
+    rounding."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not routable(x, self.weight):
+            return super().forward(x)
+        if torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x, self.weight, self.bias)):
+            return _RoutedLinear.apply(x, self.weight, self.bias)
+        return product(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
