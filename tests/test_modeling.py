@@ -230,6 +230,8 @@ def test_the_loss_without_logits_is_the_loss_over_the_logits(family, use_bias):
         outputs, reference = loss_and_gradients(model, inputs, skip_logits=False, **extra)
         assert outputs.logits.shape == (*ids.shape, VOCAB)
         torch.testing.assert_close(fused, reference, rtol=1e-5, atol=5e-7)
+        with torch.no_grad():  # as the Trainer evaluates with Liger-Kernel: the loss alone
+            torch.testing.assert_close(model(**inputs, **extra).loss, reference["loss"], rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 4, 64])
@@ -248,7 +250,7 @@ def test_linear_cross_entropy_in_chunks(chunk_rows, autocast):
         hidden.grad = projection.weight.grad = projection.bias.grad = None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             if name == "chunked":
-                args = (hidden, projection.weight, projection.bias, labels, -100, chunk_rows)
+                args = (hidden, projection.weight, projection.bias, labels, -100, chunk_rows, True)
                 loss = LinearCrossEntropy.apply(*args)
             else:
                 loss = F.cross_entropy(projection(hidden).float(), labels, reduction="sum")
@@ -267,6 +269,16 @@ def test_the_loss_without_logits_calls_an_adapted_projection():
     _, fused = loss_and_gradients(model, {"input_ids": ids, "labels": ids})
     _, reference = loss_and_gradients(model, {"input_ids": ids, "labels": ids}, skip_logits=False)
     torch.testing.assert_close(fused, reference, rtol=1e-6, atol=1e-7)
+
+
+def test_the_loss_without_logits_backpropagates_once():
+    """Its gradients are computed in the forward and handed over in place: a second backward is refused by name."""
+    model = lm_model("decoder").train()
+    ids = random_ids(2, 8)
+    loss = model(ids, labels=ids).loss
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backpropagated once"):
+        loss.backward()
 
 
 def test_logits_are_returned_unless_training_with_labels_or_skipped():

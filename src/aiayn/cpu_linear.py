@@ -2,12 +2,13 @@
 is faster for their shapes on this machine, as measured here.
 
 torch's `nn.Linear` multiplies with its BLAS (MKL on x86); torch also ships oneDNN, whose inner-product primitive is
-faster on some CPUs and shapes and slower on others: about twice as fast on an AMD EPYC Zen 4, 4-30% faster on a
-Zen 1 from 8 rows up and 20-40% slower for single rows, slower everywhere on an Intel Xeon with AVX-512
-(`benchmarks/`). So nothing is assumed: the first time a product of a new shape class (rows rounded up to a power of
-two, sizes, which operands are transposed, threads) comes by, both libraries compute it a few times, interleaved,
-and oneDNN is kept for that class only if it took at most 95% of MKL's time (the way `torch.backends.cudnn.benchmark`
-picks convolution algorithms). The layer's forward `x W^T` and its backward `dy W` and `dy^T x` are three classes.
+faster on some CPUs and shapes and slower on others (the README gives the figures: on an AMD EPYC Zen 1, 4-22% faster
+at 512 rows and 8-40% slower for single rows; about twice as fast on a Zen 4; slower at every shape measured on an
+Intel Xeon with AVX-512). So nothing is assumed: the first time a product of a new shape class (rows rounded up to
+a power of two, sizes, which operands are transposed, threads) comes by, both libraries compute it a few times,
+interleaved, and oneDNN is kept for that class only if it took at most 95% of MKL's time (the way
+`torch.backends.cudnn.benchmark` picks convolution algorithms). The layer's forward `x W^T` and its backward `dy W`
+and `dy^T x` are three classes.
 
 Everything else is `nn.Linear`: other devices and dtypes, products too small to gain, `torch.compile` and
 `torch.export` (whose graphs then hold standard ops only), and `torch.use_deterministic_algorithms(True)`, since the
@@ -79,19 +80,23 @@ def routable(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def uses_onednn(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
     """Whether the product `a @ b^T` (`a` of any rank) goes through oneDNN (see the module's docstring)."""
-    if not routable(a, b):
-        return False
-    rows = a.numel() // a.shape[-1]
+    return routable(a, b) and _onednn_is_faster_for(a, b, bias)
+
+
+def _onednn_is_faster_for(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """For a routable product: the forced route, or the measured one for its shape class."""
+    out, inner = b.shape
+    rows = a.numel() // inner
     if CPU_LINEAR_ROUTE == "onednn":
         return rows > 0
-    out, inner = b.shape
     if rows * inner * out < SMALLEST_TUNED_PRODUCT:
         return False
     transposed = (not a.is_contiguous(), not b.is_contiguous())  # timed as transposed, the backward's layouts
     key = (1 << (rows - 1).bit_length(), inner, out, *transposed, bias is not None, torch.get_num_threads())
-    if key not in _onednn_is_faster:
-        _onednn_is_faster[key] = _time_routes(*key[:6])
-    return _onednn_is_faster[key]
+    faster = _onednn_is_faster.get(key)
+    if faster is None:
+        faster = _onednn_is_faster[key] = _time_routes(*key[:6])
+    return faster
 
 
 def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -146,4 +151,6 @@ class AiaynLinear(nn.Linear):
             return super().forward(x)
         if torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x, self.weight, self.bias)):
             return _RoutedLinear.apply(x, self.weight, self.bias)
-        return product(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
+        if not _onednn_is_faster_for(x, self.weight, self.bias):
+            return super().forward(x)
+        return onednn_linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.out_features)

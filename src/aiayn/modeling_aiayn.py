@@ -909,46 +909,53 @@ class LinearCrossEntropy(torch.autograd.Function):
     """`sum_i -log softmax(x_i W^T + b)[y_i]` over the rows with a label (`y_i != ignore_index`), and its gradients,
     computed a chunk of rows at a time (Liger-Kernel's fused linear cross-entropy): neither the logits nor their
     float32 copy, probabilities or gradient exist for more than one chunk. The gradients are computed in the forward,
-    from each chunk's probabilities (`dL/dlogits = softmax - onehot(y)`), so the backward only scales them."""
+    from each chunk's probabilities (`dL/dlogits = softmax - onehot(y)`), and handed over, scaled in place, by the
+    backward, which therefore runs once (as after any backward without `retain_graph`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, ignore_index: int, chunk_rows: int) -> torch.Tensor:
-        needs_weight, needs_bias = ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_weight else None
-        grad_bias = torch.zeros_like(bias, dtype=torch.float32) if needs_bias else None
+    def forward(ctx, hidden, weight, bias, labels, ignore_index: int, chunk_rows: int, recorded: bool) -> torch.Tensor:
+        """`recorded`: whether autograd records the call (`torch.is_grad_enabled()` outside it); if not, no
+        gradient is computed."""
+        needs_hidden, needs_weight, needs_bias = (recorded and needs for needs in ctx.needs_input_grad[:3])
+        needs_bias = needs_bias and bias is not None
+        grad_hidden = torch.empty_like(hidden) if needs_hidden else None
+        grad_weight = grad_bias = None
         total = hidden.new_zeros((), dtype=torch.float32)
         for start in range(0, hidden.shape[0], chunk_rows):
             rows, targets = hidden[start : start + chunk_rows], labels[start : start + chunk_rows]
             logits = product(rows, weight, bias)  # in autocast's dtype where it is on
-            probabilities = logits.float()
-            log_normalizer = probabilities.logsumexp(-1, keepdim=True)
+            log_probabilities = torch.log_softmax(logits, -1, dtype=torch.float32)
             labelled = (targets != ignore_index)[:, None]
             targets = targets[:, None].masked_fill(~labelled, 0)
-            total += ((log_normalizer - probabilities.gather(1, targets)) * labelled).sum()
-            probabilities = probabilities.sub_(log_normalizer).exp_()
-            probabilities.scatter_add_(1, targets, torch.full_like(log_normalizer, -1.0)).mul_(labelled)
-            grad_logits = probabilities.to(logits.dtype)
-            if grad_hidden is not None:
-                grad_hidden[start : start + chunk_rows] = product(grad_logits, weight.to(logits.dtype).t())
-            if grad_weight is not None:
-                grad_weight += product(grad_logits.t(), rows.to(logits.dtype).t()).float()
-            if grad_bias is not None:
-                grad_bias += probabilities.sum(0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+            total -= (log_probabilities.gather(1, targets) * labelled).sum()
+            # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
+            probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
+            grad_logits, kept = probabilities.to(logits.dtype), labelled.to(logits.dtype)
+            if needs_hidden:
+                chunk_grad = product(grad_logits, weight.to(logits.dtype).t()) * kept
+                grad_hidden[start : start + chunk_rows] = chunk_grad
+            if needs_weight:  # accumulated in float32 whatever the products' dtype
+                chunk_grad = product(grad_logits.t(), (rows.to(logits.dtype) * kept).t()).float()
+                grad_weight = chunk_grad if grad_weight is None else grad_weight.add_(chunk_grad)
+            if needs_bias:
+                chunk_grad = (kept.t() @ grad_logits).float().squeeze(0)
+                grad_bias = chunk_grad if grad_bias is None else grad_bias.add_(chunk_grad)
+        # Kept as attributes, not saved tensors, so that the backward can hand them over without a copy.
+        ctx.gradients = (grad_hidden, grad_weight, grad_bias)
         ctx.weight_dtype = weight.dtype
         return total
 
     @staticmethod
     def backward(ctx, grad_total: torch.Tensor):
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        scaled = [None if grad is None else grad * grad_total for grad in (grad_hidden, grad_weight, grad_bias)]
-        grad_hidden, grad_weight, grad_bias = scaled
+        gradients, ctx.gradients = ctx.gradients, None
+        if gradients is None:
+            raise RuntimeError("The loss computed without logits can be backpropagated once (no retain_graph).")
+        grad_hidden, grad_weight, grad_bias = (None if grad is None else grad.mul_(grad_total) for grad in gradients)
         if grad_weight is not None:
             grad_weight = grad_weight.to(ctx.weight_dtype)
         if grad_bias is not None:
             grad_bias = grad_bias.to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 def token_prediction_loss(
@@ -975,7 +982,13 @@ def token_prediction_loss(
         # Chunks of at least 256 rows keep the products efficient; 2^24 logits (64 MiB in float32) bound each one.
         chunk_rows = max(256, 2**24 // projection.out_features)
         total = LinearCrossEntropy.apply(
-            hidden_states, projection.weight, projection.bias, labels, ignore_index, chunk_rows
+            hidden_states,
+            projection.weight,
+            projection.bias,
+            labels,
+            ignore_index,
+            chunk_rows,
+            torch.is_grad_enabled(),
         )
     else:  # an adapter or a hook (PEFT, accelerate's offloading) owns the projection: call it
         logits = projection(hidden_states).float()
