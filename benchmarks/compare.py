@@ -11,9 +11,9 @@ Pairs (by default d_model 512, 6 layers per stack, 8 heads, d_ff 2048, vocabular
 
 For each pair and sequence length it measures
 - the training step (forward with labels, backward, AdamW step) in tokens per second, each model as its users call
-  it (aiayn then computes its loss without the logits), and its model FLOPs utilisation: the matmul FLOPs of the
-  step (`training_flops`, the same count for both models) per second over this machine's matmul ceiling, measured
-  at the start;
+  it (aiayn then computes its loss without the logits), and its model FLOPs utilisation: the matmul FLOPs the
+  step needs (`training_flops`, the same count for both models; the output head only where a label is scored)
+  per second over this machine's matmul ceiling, measured at the start;
 - the inference forward in tokens per second;
 - cached `generate()` at batch 1 and batch 8 in new tokens per second (greedy for GPT-2; beam 4, the paper's
   decoding, for seq2seq), the prompt or source being the sequence length;
@@ -158,29 +158,29 @@ PAIRS = {
 }
 
 
-def training_flops(config: aiayn.AiaynConfig, batch: int, length: int) -> int:
+def training_flops(config: aiayn.AiaynConfig, batch: int, length: int, scored: int | None = None) -> int:
     """Model FLOPs of one training step: 3 times the forward's matmul FLOPs (the backward does two matmuls for each of
     the forward's), counting the projections, the attention products QK^T and AV over every query-key pair (also
-    the causal ones, as PaLM's and nanoGPT's utilisation figures do), the output projection to the vocabulary and,
-    for the encoder, the masked LM's d x d transform before it (torch's `FlopCounterMode` counts the same, tested).
-    Norms, softmax and activations are left out. Seq2seq: source and target both `length` tokens long."""
+    the causal ones, as PaLM's and nanoGPT's utilisation figures do), and the output head at the `scored` positions
+    the loss reads (default: all `batch * length`): the projection to the vocabulary and, for the encoder, the masked
+    LM's d x d transform before it. Logits at positions no label scores (the masked LM's unmasked 85%, a causal LM's
+    last position) are work the task does not need, so they are not counted; torch's `FlopCounterMode` counts the
+    same on aiayn's step without logits (tested). Norms, softmax and activations are left out. Seq2seq: source and
+    target both `length` tokens long."""
     d, inner, d_ff = config.d_model, config.num_heads * config.d_kv, config.d_ff
     feed_forward = 2 * d * d_ff * (3 if config.is_gated_act else 2)
+    scored = batch * length if scored is None else scored
 
     def self_attention(queries: int) -> int:
         return 2 * queries * d * 4 * inner + 4 * queries * queries * inner
 
     per_layer = self_attention(length) + length * feed_forward
     if config.model_type != "aiayn_seq2seq":
-        head = 2 * length * d * (config.vocab_size + (d if config.model_type == "aiayn_encoder" else 0))
-        return 3 * batch * (config.num_layers * per_layer + head)
+        head = 2 * scored * d * (config.vocab_size + (d if config.model_type == "aiayn_encoder" else 0))
+        return 3 * (batch * config.num_layers * per_layer + head)
     cross_attention = 2 * length * d * 2 * inner + 2 * length * d * 2 * inner + 4 * length * length * inner
-    forward = (
-        config.num_layers * per_layer
-        + config.num_decoder_layers * (per_layer + cross_attention)
-        + 2 * length * d * config.vocab_size
-    )
-    return 3 * batch * forward
+    stacks = config.num_layers * per_layer + config.num_decoder_layers * (per_layer + cross_attention)
+    return 3 * (batch * stacks + 2 * scored * d * config.vocab_size)
 
 
 def synchronize(device: str):
@@ -251,6 +251,8 @@ class Workload:
         self.prompts = {batch: prompts[:batch].to(self.device) for batch in GENERATE_BATCHES}
         self.inputs = {key: value.to(self.device) for key, value in self.inputs.items()}
         self.labels = self.labels.to(self.device)
+        scored_labels = self.labels[:, 1:] if family == "decoder" else self.labels  # a causal LM scores i on i + 1
+        self.scored = int((scored_labels != -100).sum())
         self.optimizers = {}
         self.compiled_models = {}
 
@@ -357,7 +359,7 @@ def measure_speed(spec: dict) -> dict:
         results[kind] = {key: workload.tokens(kind) / statistics.median(values) for key, values in times.items()}
         results[kind]["seconds"] = times
     train = results["train"]
-    train["flops"] = training_flops(models["aiayn"].config, workload.batch, workload.length)
+    train["flops"] = training_flops(models["aiayn"].config, workload.batch, workload.length, workload.scored)
     steps_per_second = {key: train[key] / workload.tokens("train") for key in models}
     train["mfu"] = {
         key: steps * train["flops"] / 1e9 / spec["ceiling_gflops"] for key, steps in steps_per_second.items()

@@ -20,11 +20,29 @@ def load_compare():
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("hidden_act", ["relu", "swiglu"])
 def test_training_flops_are_the_matmul_flops_torch_counts(family, hidden_act):
-    """The model FLOPs of the step as the references compute it: the logits of every position. (aiayn's own training
-    step projects only the labelled positions, so it does at most these.)"""
+    """With the logits, as the references compute them: the head at every position."""
     model = lm_model(family, "eager", hidden_act=hidden_act).train()
     ids = random_ids(2, 12)
     inputs = lm_inputs(family, ids)
     with FlopCounterMode(display=False) as counter:
         model(**inputs, labels=ids, skip_logits=False).loss.backward()
     assert counter.get_total_flops() == load_compare().training_flops(model.config, batch=2, length=12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_training_flops_count_the_head_where_a_label_is_scored(family):
+    """aiayn's step without logits does exactly the counted FLOPs: the head only at the scored positions (a causal
+    LM scores position i on label i + 1, so its first label is never scored)."""
+    model = lm_model(family, "eager").train()
+    ids = random_ids(2, 12)
+    labels = ids.clone()
+    labels[0, 3:9] = -100
+    labels[1, 1] = -100
+    scored = (labels[:, 1:] if family == "decoder" else labels).ne(-100).sum().item()
+    with FlopCounterMode(display=False) as counter:
+        model(**lm_inputs(family, ids), labels=labels, skip_logits=True).loss.backward()
+    expected = load_compare().training_flops(model.config, batch=2, length=12, scored=scored)
+    # The masked LM's projection has a bias, whose gradient LinearCrossEntropy takes as a product (kept^T @ dlogits).
+    bias_gradient = 2 * scored * model.config.vocab_size if family == "encoder" else 0
+    assert counter.get_total_flops() == expected + bias_gradient
+    assert expected < load_compare().training_flops(model.config, batch=2, length=12)

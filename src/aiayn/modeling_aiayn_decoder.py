@@ -141,17 +141,18 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
             **kwargs,
         )
         hidden_states, logits, loss = outputs.last_hidden_state, None, None
-        if self.config.scale_decoder_outputs:
-            hidden_states = hidden_states * self.config.d_model**-0.5
+        scale = self.config.d_model**-0.5 if self.config.scale_decoder_outputs else None
         if labels is not None:
             check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per input token")
         if skips_logits(skip_logits, labels, self.training):
             shift_labels = kwargs.pop("shift_labels", None)
             if shift_labels is None:  # as transformers' ForCausalLMLoss: position i is scored on label i + 1
                 shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+            hidden_states = hidden_states if scale is None else hidden_states * scale
             loss = token_prediction_loss(hidden_states, shift_labels, self.lm_head, **kwargs)
         else:
-            logits = self.lm_head(slice_logits_to_keep(hidden_states, logits_to_keep))
+            kept = slice_logits_to_keep(hidden_states, logits_to_keep)  # scaled after slicing: one row per prefill
+            logits = self.lm_head(kept if scale is None else kept * scale)
             if labels is not None:
                 loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutputWithPast(
