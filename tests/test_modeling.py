@@ -525,12 +525,14 @@ def test_embeddings_are_scaled_by_sqrt_d_model():
 
 def test_seq2seq_shares_one_embedding_three_ways():
     model = lm_model("seq2seq")
-    shared = model.get_input_embeddings()
-    assert model.model.encoder.get_input_embeddings() is shared is model.model.decoder.get_input_embeddings()
-    assert model.lm_head.weight is shared.weight
+    stacks = (model.model.encoder, model.model.decoder)
+    shared = model.get_input_embeddings().weight
+    assert all(stack.get_input_embeddings().weight is shared for stack in stacks)
+    assert model.lm_head.weight is shared
     untied = lm_model("seq2seq", tie_word_embeddings=False)
-    assert untied.model.encoder.get_input_embeddings() is untied.model.decoder.get_input_embeddings()
-    assert untied.lm_head.weight is not untied.get_input_embeddings().weight
+    shared = untied.get_input_embeddings().weight
+    assert all(stack.get_input_embeddings().weight is shared for stack in (untied.model.encoder, untied.model.decoder))
+    assert untied.lm_head.weight is not shared
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -18,7 +18,7 @@ from .configuration_aiayn import (
     AiaynSeq2SeqConfig,
     preset_config,
 )
-from .modeling_aiayn import AiaynPreTrainedModel
+from .modeling_aiayn import AiaynPreTrainedModel, IndexOutOfRangeError
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
 from .modeling_aiayn_seq2seq import *  # noqa: F403
@@ -60,6 +60,7 @@ __all__ = [
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
     "AiaynPreTrainedModel",
+    "IndexOutOfRangeError",
     "AiaynText2TextGenerationPipeline",
     "PRESETS",
     "preset_config",

@@ -8,6 +8,8 @@ This module imports nothing but torch, transformers and the configuration: `save
 the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
 """
 
+import warnings
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -437,6 +439,10 @@ class AiaynTokenEmbedding(nn.Embedding):
     """The token embedding table (section 3.4), shared by the stacks of a model and, when tied, by its LM head."""
 
 
+def _first_five(faults: list[str]) -> str:
+    return "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
+
+
 class AiaynPreTrainedModel(PreTrainedModel):
     """Weight initialisation, attention-backend declarations and config validation shared by all families."""
 
@@ -476,10 +482,11 @@ class AiaynPreTrainedModel(PreTrainedModel):
           `pytorch_model.bin` files can run code when loaded (transformers then reads them with
           `torch.load(weights_only=True)`);
         - an unreadable (truncated, corrupted) weights file raises `OSError` naming the checkpoint;
-        - a checkpoint that lacks weights of the model's stacks, or holds them in other shapes, raises `ValueError`
-          listing them: it is another model's, and its layers would be left randomly initialised. New heads (a
-          classifier, a pooler) may be missing and are initialised as usual; `ignore_mismatched_sizes=True`
-          re-initialises mismatched weights instead of raising.
+        - weights held in other shapes raise `RuntimeError` listing them, as transformers does for a size mismatch
+          (`ignore_mismatched_sizes=True` re-initialises them instead);
+        - a checkpoint that lacks weights of the model's stacks loads as in transformers (the missing weights are
+          initialised and listed by `output_loading_info=True`), with a warning naming them: its layers are then
+          randomly initialised. New heads (a classifier, a pooler) may be missing without a warning, as usual.
         """
         try:
             model, loading_info = super().from_pretrained(
@@ -504,19 +511,24 @@ class AiaynPreTrainedModel(PreTrainedModel):
                 f"The weights of {pretrained_model_name_or_path} cannot be read ({error}): the safetensors file is "
                 "truncated or corrupted. Save or download it again."
             ) from error
-        faults = []
         if loading_info["mismatched_keys"] and not ignore_mismatched_sizes:
-            faults += [
+            faults = [
                 f"{key} has shape {tuple(saved)} in the checkpoint and {tuple(expected)} in the model"
                 for key, saved, expected in sorted(loading_info["mismatched_keys"])
             ]
+            raise RuntimeError(
+                f"{pretrained_model_name_or_path} does not hold the weights of this {cls.__name__}: "
+                f"{_first_five(faults)}. Check the checkpoint and the config passed with it, or pass "
+                "ignore_mismatched_sizes=True to initialise these weights anew."
+            )
         stacks = tuple(f"{name}." for name, module in model.named_modules() if isinstance(module, AiaynStack))
-        faults += [f"{key} is missing" for key in sorted(loading_info["missing_keys"]) if key.startswith(stacks)]
-        if faults:
-            shown = "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
-            raise ValueError(
-                f"{pretrained_model_name_or_path} does not hold the weights of this {cls.__name__}: {shown}. Its "
-                "layers would be left randomly initialised. Check the checkpoint and the config passed with it."
+        missing = [f"{key} is missing" for key in sorted(loading_info["missing_keys"]) if key.startswith(stacks)]
+        if missing:
+            warnings.warn(
+                f"{pretrained_model_name_or_path} does not hold all the weights of this {cls.__name__}: "
+                f"{_first_five(missing)}. Its layers are randomly initialised; check the checkpoint and the config "
+                "passed with it.",
+                stacklevel=2,
             )
         return (model, loading_info) if output_loading_info else model
 
@@ -554,15 +566,21 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.copy_(module.inv_freq, inverse_frequencies(module.head_dim, module.base))
 
 
+class IndexOutOfRangeError(ValueError, IndexError):
+    """An id outside the table it indexes (a token, a token type, a learned position). transformers' own models raise
+    `IndexError` from inside the embedding lookup (on GPUs, a device-side assert); aiayn names the id and the limit,
+    and raises an error that both `except IndexError` and `except ValueError` catch."""
+
+
 def check_token_ids(ids: torch.Tensor | None, size: int, name: str, size_name: str):
-    """Raises `ValueError` naming the first of `ids` outside `[0, size)`, rather than an index error from inside the
-    embedding lookup (or, on GPUs, a device-side assert). Skipped while compiling: it reads values."""
+    """Raises `IndexOutOfRangeError` naming the first of `ids` outside `[0, size)`, rather than an index error from
+    inside the embedding lookup. Skipped while compiling: it reads values."""
     if ids is None or ids.numel() == 0 or torch.compiler.is_compiling():
         return
     low, high = torch.aminmax(ids)
     if low < 0 or high >= size:
         bad = (ids < 0) | (ids >= size)
-        raise ValueError(f"{name} contain {ids[bad][0].item()}, outside [0, {size}) ({size_name}={size}).")
+        raise IndexOutOfRangeError(f"{name} contain {ids[bad][0].item()}, outside [0, {size}) ({size_name}={size}).")
 
 
 def check_mask_shape(attention_mask: torch.Tensor | None, expected: tuple[int, int], name: str, meaning: str):
@@ -785,7 +803,7 @@ class AiaynStack(AiaynPreTrainedModel):
             return
         length, limit = int(position_ids.max()) + 1, self.config.max_position_embeddings
         if length > limit:
-            raise ValueError(
+            raise IndexOutOfRangeError(
                 f"The sequence is {length} tokens long (cached tokens included), longer than "
                 f"max_position_embeddings={limit}, the positions this model has learned embeddings for. Truncate the "
                 f"input to {limit} tokens (tokenizer(..., truncation=True, max_length={limit})), or use a model with "

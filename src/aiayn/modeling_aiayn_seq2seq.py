@@ -74,6 +74,13 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         "AutoModelForTextEncoding": "AiaynSeq2SeqEncoderModel",
     }
 
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """transformers ties `_tied_weights_keys` only under `tie_word_embeddings`, which here ties the LM head; the
+        stacks' token tables are tied to `shared` always (one vocabulary for source and target, section 3.4)."""
+        if not all_submodels and hasattr(self, "shared"):
+            return dict(self._tied_weights_keys)
+        return super().get_expanded_tied_weights_keys(all_submodels)
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq` to build `decoder_input_ids` from `labels`."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -96,7 +103,8 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
     """Encoder and decoder stacks sharing one token embedding (section 3.4): the decoder attends causally to its
     own inputs and fully to the encoder output."""
 
-    # The stacks hold the shared embedding module itself; these entries let save_pretrained store it once.
+    # Each stack has its own table, tied to `shared` as transformers ties parameters (T5 does the same): loading then
+    # reports and initialises each name, and save_pretrained stores the table once.
     _tied_weights_keys = {
         "encoder.embeddings.embed_tokens.weight": "shared.weight",
         "decoder.embeddings.embed_tokens.weight": "shared.weight",
@@ -105,9 +113,15 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
         self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
-        self.encoder = AiaynStack(config, self.shared, config.num_layers, is_causal=False)
+        self.encoder = AiaynStack(
+            config, AiaynTokenEmbedding(config.vocab_size, config.d_model), config.num_layers, is_causal=False
+        )
         self.decoder = AiaynStack(
-            config, self.shared, config.num_decoder_layers, is_causal=True, has_cross_attention=True
+            config,
+            AiaynTokenEmbedding(config.vocab_size, config.d_model),
+            config.num_decoder_layers,
+            is_causal=True,
+            has_cross_attention=True,
         )
         self.post_init()
 
@@ -452,7 +466,9 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqPreTrainedModel):
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
         self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
-        self.encoder = AiaynStack(config, self.shared, config.num_layers, is_causal=False)
+        self.encoder = AiaynStack(
+            config, AiaynTokenEmbedding(config.vocab_size, config.d_model), config.num_layers, is_causal=False
+        )
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
