@@ -2,6 +2,8 @@
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 from conftest import FAMILIES, lm_inputs, lm_model, random_ids
@@ -46,3 +48,13 @@ def test_training_flops_count_the_head_where_a_label_is_scored(family):
     bias_gradient = 2 * scored * model.config.vocab_size if family == "encoder" else 0
     assert counter.get_total_flops() == expected + bias_gradient
     assert expected < load_compare().training_flops(model.config, batch=2, length=12)
+
+
+def test_the_single_row_benchmark_runs_and_prints_every_product():
+    script = os.path.join(os.path.dirname(COMPARE), "single_row_products.py")
+    arguments = ["--d-model", "32", "--d-ff", "64", "--vocab", "97", "--megabytes", "1", "--repeats", "1"]
+    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for product in ("query-key-value", "attention output", "feed-forward in", "feed-forward out", "output head"):
+        assert product in result.stdout
+    assert "one layer's products, (in, out)" in result.stdout
