@@ -942,18 +942,20 @@ class LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_rows):
             rows, targets = hidden[start : start + chunk_rows], labels[start : start + chunk_rows]
             logits = product(rows, weight, bias)  # in autocast's dtype where it is on
+            dtype = logits.dtype
             log_probabilities = torch.log_softmax(logits, -1, dtype=torch.float32)
+            del logits  # from here one chunk-sized buffer lives: the probabilities, then their gradient
             labelled = (targets != ignore_index)[:, None]
             targets = targets[:, None].masked_fill(~labelled, 0)
             total -= (log_probabilities.gather(1, targets) * labelled).sum()
             # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
             probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
-            grad_logits, kept = probabilities.to(logits.dtype), labelled.to(logits.dtype)
+            grad_logits, kept = probabilities.to(dtype), labelled.to(dtype)
             if needs_hidden:
-                chunk_grad = product(grad_logits, weight.to(logits.dtype).t()) * kept
+                chunk_grad = product(grad_logits, weight.to(dtype).t()) * kept
                 grad_hidden[start : start + chunk_rows] = chunk_grad
             if needs_weight:  # accumulated in float32 whatever the products' dtype
-                chunk_grad = product(grad_logits.t(), (rows.to(logits.dtype) * kept).t()).float()
+                chunk_grad = product(grad_logits.t(), (rows.to(dtype) * kept).t()).float()
                 grad_weight = chunk_grad if grad_weight is None else grad_weight.add_(chunk_grad)
             if needs_bias:
                 chunk_grad = (kept.t() @ grad_logits).float().squeeze(0)
