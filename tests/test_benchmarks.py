@@ -1,4 +1,5 @@
-"""The FLOP count behind the benchmark's model FLOPs utilisation, checked against torch's own count."""
+"""The FLOP count behind the benchmark's model FLOPs utilisation, checked against torch's own count; the memory the
+loss without logits saves, by the benchmark's measure; the single-row benchmark."""
 
 import importlib.util
 import os
@@ -6,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import FAMILIES, lm_inputs, lm_model, random_ids
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -58,3 +60,26 @@ def test_the_single_row_benchmark_runs_and_prints_every_product():
     for product in ("query-key-value", "attention output", "feed-forward in", "feed-forward out", "output head"):
         assert product in result.stdout
     assert "one layer's products, (in, out)" in result.stdout
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
+    """The training step's peak memory (the benchmark's allocation trace), with and without the logits: the step
+    without them never holds the batch's logits next to their log-probabilities and gradients."""
+    compare = load_compare()
+    model = lm_model(family, vocab_size=4096).train()
+    ids = torch.randint(3, 4096, (4, 64), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    if family == "encoder":
+        labels[torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) > 0.15] = -100
+
+    def step(skip_logits: bool):
+        model(**lm_inputs(family, ids), labels=labels, skip_logits=skip_logits).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    peaks = {}
+    for skip_logits in (False, True):
+        step(skip_logits)  # warm-up
+        peaks[skip_logits] = compare.peak_allocated_mib(lambda skip_logits=skip_logits: step(skip_logits))
+    logits_mib = ids.numel() * 4096 * 4 / 2**20
+    assert peaks[True] + 0.9 * logits_mib <= peaks[False], peaks
