@@ -52,15 +52,17 @@ import transformers
 
 import aiayn
 from aiayn.conversion import convert_from_hf
-from aiayn.cpu_linear import cpu_linear_routes
+from aiayn.cpu_linear import cpu_decoding_layouts, cpu_linear_routes
 
 SHAPES = {
     "512": {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "vocab": 32000},
     "768": {"d_model": 768, "layers": 12, "heads": 12, "d_ff": 3072, "vocab": 50257},
 }
 GENERATE_BATCHES = (1, 8)
-# In the order they run: training changes the weights, and the generated tokens are compared before it.
-KINDS = (*(f"generate_{batch}" for batch in GENERATE_BATCHES), "forward", "train")
+# In the order they run: training changes the weights, and the generated tokens are compared before it. The forward
+# pass runs before `generate()` lays the weights out for decoding on CPUs (`aiayn.cpu_linear`), as in a process that
+# does not generate.
+KINDS = ("forward", *(f"generate_{batch}" for batch in GENERATE_BATCHES), "train")
 
 
 def bert_pair(shape: dict, max_length: int):
@@ -365,6 +367,7 @@ def measure_speed(spec: dict) -> dict:
         key: steps * train["flops"] / 1e9 / spec["ceiling_gflops"] for key, steps in steps_per_second.items()
     }
     results["routes"] = cpu_linear_routes()
+    results["layouts"] = cpu_decoding_layouts()
     return results
 
 
@@ -504,18 +507,32 @@ def main():
 
 
 def print_routes(rows: list[dict]):
-    """The library aiayn's products took, per shape class, over all the processes that measured the class."""
+    """The library aiayn's products took per shape class, and the layout of its weights for decoding per weight
+    shape, over all the processes that measured them."""
+    print_choices(
+        rows,
+        "routes",
+        "aiayn's float32 CPU products, per shape class (rows rounded up to a power of two): the library measured\n"
+        "faster, in how many of the processes that met the class",
+    )
+    print_choices(
+        rows,
+        "layouts",
+        "aiayn's weights laid out for decoding, per weight shape: the layout measured faster for one row",
+    )
+
+
+def print_choices(rows: list[dict], key: str, heading: str):
     choices = {}
     for row in rows:
-        for shape_class, route in row["speed"]["routes"].items():
-            choices.setdefault(shape_class, []).append(route)
+        for measured, choice in row["speed"].get(key, {}).items():
+            choices.setdefault(measured, []).append(choice)
     if not choices:
         return
-    print("aiayn's float32 CPU products, per shape class (rows rounded up to a power of two): the library measured")
-    print("faster, in how many of the processes that met the class")
-    for shape_class, routes in choices.items():
-        counts = ", ".join(f"{name} {routes.count(name)}/{len(routes)}" for name in sorted(set(routes)))
-        print(f"  {shape_class}: {counts}")
+    print(heading)
+    for measured, chosen in choices.items():
+        counts = ", ".join(f"{name} {chosen.count(name)}/{len(chosen)}" for name in sorted(set(chosen)))
+        print(f"  {measured}: {counts}")
 
 
 def format_row(row: dict) -> str:

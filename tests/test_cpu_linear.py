@@ -1,7 +1,9 @@
-"""AiaynLinear: nn.Linear's results through whichever CPU matmul library is measured faster, never in a graph."""
+"""AiaynLinear: nn.Linear's results through whichever CPU matmul library is measured faster, never in a graph; weights
+laid out for decoding in whichever layout a single row reads faster."""
 
 import pytest
 import torch
+from conftest import lm_inputs, lm_model, prompt_batch
 
 from aiayn import cpu_linear
 from aiayn.cpu_linear import ONEDNN_AVAILABLE, AiaynLinear
@@ -103,3 +105,99 @@ def test_deterministic_algorithms_keep_nn_linear(route):
     finally:
         torch.use_deterministic_algorithms(False)
     assert "Routed" not in type(output.grad_fn).__name__
+
+
+@pytest.fixture
+def layout(monkeypatch):
+    """Sets `CPU_DECODING_LAYOUT` for one test, with an empty table of measured layouts; every weight of the tiny
+    models counts as large enough to lay out."""
+    monkeypatch.setattr(cpu_linear, "_transposed_is_faster", {})
+    monkeypatch.setattr(cpu_linear, "SMALLEST_TUNED_PRODUCT", 0)
+
+    def set_layout(value: str):
+        monkeypatch.setattr(cpu_linear, "CPU_DECODING_LAYOUT", value)
+
+    return set_layout
+
+
+def linear_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: module.weight for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+
+
+@pytest.mark.parametrize("family", ["decoder", "seq2seq"])
+def test_decoding_in_the_transposed_layout_gives_the_same_tokens(layout, family, tmp_path):
+    """Weights laid out transposed by `generate()` (inside `inference_mode`, as pipelines call it): the same tokens and
+    scores, the same parameter objects and values, the head still tied; training restores the standard layout and
+    its gradients flow; a checkpoint saved after decoding loads the same values."""
+    layout("standard")
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    arguments = {"attention_mask": mask, "max_new_tokens": 6, "output_scores": True, "return_dict_in_generate": True}
+    with torch.inference_mode():
+        expected = model.generate(ids, **arguments)
+    assert not any(map(cpu_linear.is_transposed, linear_weights(model).values()))
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    values = {name: parameter.detach().clone() for name, parameter in parameters.items()}
+
+    layout("transposed")
+    with torch.inference_mode():
+        decoded = model.generate(ids, **arguments)
+    assert all(map(cpu_linear.is_transposed, linear_weights(model).values()))
+    assert torch.equal(decoded.sequences, expected.sequences)
+    torch.testing.assert_close(decoded.scores, expected.scores, rtol=1e-5, atol=1e-5)
+    assert all(model.get_parameter(name) is parameter for name, parameter in parameters.items())
+    assert all(torch.equal(parameters[name], value) for name, value in values.items())
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+
+    model.save_pretrained(tmp_path)
+    reloaded = type(model).from_pretrained(tmp_path)
+    assert all(torch.equal(reloaded.get_parameter(name), value) for name, value in values.items())
+
+    model.train()
+    assert all(weight.is_contiguous() for weight in linear_weights(model).values())
+    model(**lm_inputs(family, ids, mask), labels=ids).loss.backward()
+    assert all(parameter.grad is not None for parameter in model.parameters())
+
+
+def test_decoding_layouts_are_measured_once_per_shape(layout, monkeypatch):
+    """The first `generate()` measures each weight shape of the model once; a second measures nothing."""
+    layout("auto")
+    timings = []
+    monkeypatch.setattr(cpu_linear, "_time_layouts", lambda *shape: timings.append(shape) or len(timings) % 2 == 1)
+    model = lm_model("decoder")
+    ids, mask = prompt_batch("decoder")
+    for _ in range(2):
+        model.generate(ids, attention_mask=mask, max_new_tokens=2)
+    shapes = {tuple(weight.shape) for weight in linear_weights(model).values()}
+    assert sorted(timings) == sorted(shapes)
+    layouts = cpu_linear.cpu_decoding_layouts()
+    assert len(layouts) == len(shapes) and set(layouts.values()) == {"(in, out)", "(out, in)"}
+    for name, weight in linear_weights(model).items():
+        assert cpu_linear.is_transposed(weight) == (timings.index(tuple(weight.shape)) % 2 == 0), name
+
+
+def test_a_measured_layout_is_a_real_timing(monkeypatch):
+    monkeypatch.setattr(cpu_linear, "LAYOUT_TIMING_BYTES", 2**20)
+    assert isinstance(cpu_linear._time_layouts(512, 128), bool)
+
+
+def test_only_float32_cpu_weights_are_laid_out(layout):
+    layout("transposed")
+    model = lm_model("decoder").to(torch.bfloat16)
+    ids, mask = prompt_batch("decoder")
+    model.generate(ids, attention_mask=mask, max_new_tokens=2)
+    assert all(weight.is_contiguous() for weight in linear_weights(model).values())
+
+
+@needs_onednn
+def test_a_weight_stored_transposed_multiplies_through_nn_linear(route, layout):
+    """oneDNN would reorder a transposed weight at every call: such a layer is `nn.Linear`, whatever the route."""
+    route("onednn")
+    layout("transposed")
+    linear = AiaynLinear(24, 40)
+    cpu_linear.lay_out_for_decoding(linear)
+    assert cpu_linear.is_transposed(linear.weight)
+    x = torch.randn(3, 24, requires_grad=True)
+    output = linear(x)
+    assert "Routed" not in type(output.grad_fn).__name__
+    torch.testing.assert_close(output, torch.nn.functional.linear(x, linear.weight.contiguous(), linear.bias))

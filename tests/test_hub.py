@@ -2,9 +2,12 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,3 +122,23 @@ def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_n
     assert f"exact {auto_name}" in result.stdout
     loaded = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("loaded")}
     assert loaded == set(FAMILY_BASE[family].auto_classes)
+
+
+def test_the_wheel_carries_the_model_card_template_and_the_code(tmp_path):
+    """`hub_card/` at the top of the project is installed as `aiayn.hub_card`: a wheel built from the project holds the
+    template `aiayn.hub` renders, beside the modules."""
+    project = Path(__file__).parents[1]
+    source = tmp_path / "project"  # the build writes its scratch next to the sources
+    for name in ("src", "hub_card"):
+        shutil.copytree(project / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(project / name, source / name)
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp_path]
+    subprocess.run([*command, source], check=True, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("aiayn-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        assert {"aiayn/hub_card/modelcard_template.md", "aiayn/modeling_aiayn.py", "aiayn/hub.py"} <= set(
+            archive.namelist()
+        )
+        packaged = archive.read("aiayn/hub_card/modelcard_template.md")
+    assert packaged == (project / "hub_card" / "modelcard_template.md").read_bytes()

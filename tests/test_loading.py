@@ -5,12 +5,15 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 from conftest import FAMILIES, LM_AUTO_CLASS, hub_loading_environment, lm_model, tiny_config, word_tokenizer
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
+
+import aiayn
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -99,3 +102,40 @@ def test_the_tokenizer_loads_without_a_prompt_even_without_trust_remote_code(tmp
     result = load_tokenizer_without_aiayn(tmp_path, "unset", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
+
+
+SAVED_FOLDERS = Path(__file__).parent / "fixtures" / "saved_folders"
+
+
+@pytest.mark.parametrize("folder", sorted(path.name for path in SAVED_FOLDERS.iterdir() if path.is_dir()))
+def test_folders_saved_by_an_earlier_layout_of_the_code_load_and_give_the_same_outputs(folder):
+    """Folders of every head class written by an earlier version of the code (before its modules were rearranged):
+    every saved weight fills a parameter of today's model by name and shape (a strict state-dict load), the model
+    `from_pretrained` builds gives bit for bit the outputs of that model, and both give the outputs the earlier code
+    gave (stored beside the folders; another CPU may round the last bits differently)."""
+    path = SAVED_FOLDERS / folder
+    model_class = getattr(aiayn, folder.split("-")[1])
+    loaded = model_class.from_pretrained(path).eval()
+    rebuilt = model_class(transformers.AutoConfig.from_pretrained(path)).eval()
+    weights = load_file(path / "model.safetensors")
+    rebuilt.load_state_dict(weights, strict=False)
+    rebuilt.tie_weights()
+    assert set(weights) <= set(rebuilt.state_dict())
+    assert set(dict(rebuilt.named_parameters())) <= set(weights) | {"lm_head.weight"}
+
+    inputs = load_file(SAVED_FOLDERS / "inputs.safetensors")
+    if "MultipleChoice" in folder:
+        inputs = {key: value[None].expand(2, -1, -1) for key, value in inputs.items()}
+    if folder.startswith("seq2seq") and "Encoder" not in folder:
+        inputs |= {"decoder_input_ids": inputs["input_ids"], "decoder_attention_mask": inputs["attention_mask"]}
+    expected = {
+        key.split(".")[1]: value
+        for key, value in load_file(SAVED_FOLDERS / "expected_outputs.safetensors").items()
+        if key.split(".")[0] == folder
+    }
+    assert expected
+    with torch.no_grad():
+        outputs, rebuilt_outputs = loaded(**inputs), rebuilt(**inputs)
+    for key, value in expected.items():
+        assert torch.equal(outputs[key], rebuilt_outputs[key]), key
+        torch.testing.assert_close(outputs[key], value, rtol=1e-5, atol=1e-6)

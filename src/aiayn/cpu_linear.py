@@ -13,6 +13,17 @@ and `dy^T x` are three classes.
 Everything else is `nn.Linear`: other devices and dtypes, products too small to gain, `torch.compile` and
 `torch.export` (whose graphs then hold standard ops only), and `torch.use_deterministic_algorithms(True)`, since the
 choice is made per process. `CPU_LINEAR_ROUTE` overrides the choice: `"auto"` (the default), `"torch"` or `"onednn"`.
+
+Decoding multiplies one row by each weight matrix per step, reading every weight from memory, and how fast a library
+streams a matrix depends on how it lies there: on an AMD EPYC Zen 1, MKL reads a (out, in) matrix with out > in 30-50%
+slower than the same matrix stored transposed, (in, out), the way GPT-2's `Conv1D` keeps it, and faster when out < in.
+So `generate()` first calls `lay_out_for_decoding`: for each float32 CPU weight of a linear layer (output heads
+included) it times a single-row product in both layouts, once per shape per process, with weights cycled from
+memory, and stores the matrix transposed in memory where that is at least 5% faster. A weight stored transposed
+multiplies through `nn.Linear` (oneDNN would reorder it at every call). The parameter keeps its shape,
+its object (ties and optimizers hold on) and its values; only its strides change. `model.train()` restores the
+standard layout (`restore_standard_layout`), and saved checkpoints are always contiguous. `CPU_DECODING_LAYOUT`
+overrides the choice: `"auto"` (the default), `"standard"` or `"transposed"`.
 """
 
 import time
@@ -26,10 +37,15 @@ SMALLEST_TUNED_PRODUCT = 2**18
 # A timing multiplies at most this many (rows are cut to fit): a few milliseconds on a slow core.
 LARGEST_TIMED_PRODUCT = 2**27
 ONEDNN_AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+CPU_DECODING_LAYOUT = "auto"
+# Bytes of weights a layout timing cycles through, so that, as in decoding, caches do not hold them.
+LAYOUT_TIMING_BYTES = 2**25
 
 # (rows rounded up to a power of two, inner size, output size, a transposed, b transposed, bias, threads) -> whether
 # oneDNN computes `a @ b^T (+ bias)` faster than torch
 _onednn_is_faster: dict[tuple[int, int, int, bool, bool, bool, int], bool] = {}
+# (output size, inner size, threads) -> whether a single-row product reads the weight faster stored (in, out)
+_transposed_is_faster: dict[tuple[int, int, int], bool] = {}
 
 
 def onednn_linear(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -147,10 +163,87 @@ class AiaynLinear(nn.Linear):
     rounding."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not routable(x, self.weight):
+        if not routable(x, self.weight) or is_transposed(self.weight):
             return super().forward(x)
         if torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x, self.weight, self.bias)):
             return _RoutedLinear.apply(x, self.weight, self.bias)
         if not _onednn_is_faster_for(x, self.weight, self.bias):
             return super().forward(x)
         return onednn_linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
+
+
+def _time_layouts(out: int, inner: int) -> bool:
+    """Whether one row times a float32 (out, inner) weight at least 5% faster stored transposed, weights read from
+    memory."""
+    count = max(1, LAYOUT_TIMING_BYTES // (4 * out * inner))
+    standard = [torch.ones(out, inner) for _ in range(count)]
+    transposed = [torch.ones(inner, out).t() for _ in range(count)]
+    x = torch.ones(1, inner)
+    with torch.no_grad():
+        standard_seconds, transposed_seconds = _median_seconds(
+            [
+                lambda: [product(x, weight) for weight in standard],
+                lambda: [nn.functional.linear(x, weight) for weight in transposed],
+            ]
+        )
+    return transposed_seconds <= 0.95 * standard_seconds
+
+
+def _decoding_weights(model: nn.Module):
+    """The weights `lay_out_for_decoding` may lay out: float32 CPU matrices of linear layers, plain tensors (not
+    sharded or quantised), large enough to be measured."""
+    for module in model.modules():
+        weight = getattr(module, "weight", None) if isinstance(module, nn.Linear) else None
+        if (
+            isinstance(weight, nn.Parameter)
+            and type(weight.data) is torch.Tensor
+            and weight.device.type == "cpu"
+            and weight.dtype == torch.float32
+            and weight.numel() >= SMALLEST_TUNED_PRODUCT
+        ):
+            yield weight
+
+
+def _transposed_layout_is_faster(weight: torch.Tensor) -> bool:
+    if CPU_DECODING_LAYOUT != "auto":
+        return CPU_DECODING_LAYOUT == "transposed"
+    key = (*weight.shape, torch.get_num_threads())
+    faster = _transposed_is_faster.get(key)
+    if faster is None:
+        faster = _transposed_is_faster[key] = _time_layouts(*weight.shape)
+    return faster
+
+
+def is_transposed(weight: torch.Tensor) -> bool:
+    """Whether a matrix lies in memory transposed: (out, in) with the strides of an (in, out) contiguous tensor."""
+    return weight.dim() == 2 and weight.shape[0] > 1 and weight.t().is_contiguous() and not weight.is_contiguous()
+
+
+def _set_layout(weight: nn.Parameter, transposed: bool):
+    if is_transposed(weight) != transposed:
+        with torch.inference_mode(False), torch.no_grad():
+            weight.data = weight.data.t().contiguous().t() if transposed else weight.data.contiguous()
+
+
+def lay_out_for_decoding(model: nn.Module):
+    """Stores each weight matrix of `model`'s linear layers in the layout a single-row product reads faster on this
+    machine (see the module's docstring). Values, shapes, parameter objects and ties are unchanged."""
+    if torch.compiler.is_compiling():
+        return
+    for weight in _decoding_weights(model):
+        _set_layout(weight, _transposed_layout_is_faster(weight))
+
+
+def restore_standard_layout(model: nn.Module):
+    """Stores every weight matrix `lay_out_for_decoding` transposed as a contiguous (out, in) tensor again."""
+    for weight in _decoding_weights(model):
+        _set_layout(weight, transposed=False)
+
+
+def cpu_decoding_layouts() -> dict[str, str]:
+    """The layout chosen for each weight shape measured so far: `"(in -> out), T threads"` -> `"(out, in)"` or
+    `"(in, out)"`."""
+    return {
+        f"({inner} -> {out}), {threads} threads": "(in, out)" if faster else "(out, in)"
+        for (out, inner, threads), faster in sorted(_transposed_is_faster.items())
+    }

@@ -14,7 +14,7 @@ pipeline on smaller models and fewer steps.
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import transformers
@@ -22,7 +22,7 @@ import transformers
 from .training import PIPELINE_TASK, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Run:
     """One training run of the demo."""
 
@@ -53,23 +53,31 @@ PAPER_OPTIMIZATION = {
     "label_smoothing": 0.1,
     "max_pair_tokens": 28,
 }
+# Both Shakespeare runs: the same width, vocabulary size, batches and lengths.
+SHAKESPEARE = {
+    "overrides": "d_model=256,num_heads=4,d_ff=1024,num_layers=4",
+    "vocab_size": 4000,
+    "batch_size": 16,
+    "length": 128,
+    "eval_samples": 400,
+}
 FULL = (
-    Run("gpt-shakespeare", "causal-lm", "tiny-decoder", "d_model=256,num_heads=4,d_ff=1024,num_layers=4",
-        4000, 350, 16, 1e-3, 35, 128, 400),
-    Run("bert-shakespeare", "masked-lm", "tiny-encoder", "d_model=256,num_heads=4,d_ff=1024,num_layers=4",
-        4000, 200, 16, 5e-4, 20, 128, 400),
-    Run("transformer-en-de", "translation", "transformer-base",
-        "d_model=256,num_heads=4,d_ff=1024,num_layers=3,num_decoder_layers=3", 4000, 1000, 32, 7e-4, 100, 48, 600,
+    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=350, learning_rate=1e-3,
+        warmup_steps=35, **SHAKESPEARE),
+    Run(name="bert-shakespeare", task="masked-lm", preset="tiny-encoder", steps=200, learning_rate=5e-4,
+        warmup_steps=20, **SHAKESPEARE),
+    Run(name="transformer-en-de", task="translation", preset="transformer-base",
+        overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=3,num_decoder_layers=3", vocab_size=4000,
+        steps=1000, batch_size=32, learning_rate=7e-4, warmup_steps=100, length=48, eval_samples=600,
         **PAPER_OPTIMIZATION),
 )  # fmt: skip
+# `--quick`: the same runs, narrower, shorter and on smaller vocabularies.
+QUICK_SHAKESPEARE = {"overrides": "d_model=64,num_heads=4,d_ff=256,num_layers=2", "vocab_size": 1000, "length": 64}
 QUICK = (
-    Run("gpt-shakespeare", "causal-lm", "tiny-decoder", "d_model=64,num_heads=4,d_ff=256,num_layers=2",
-        1000, 120, 16, 2e-3, 12, 64, 64),
-    Run("bert-shakespeare", "masked-lm", "tiny-encoder", "d_model=64,num_heads=4,d_ff=256,num_layers=2",
-        1000, 80, 16, 1e-3, 8, 64, 64),
-    Run("transformer-en-de", "translation", "transformer-base",
-        "d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2", 1000, 150, 32, 1e-3, 15, 32, 32,
-        **PAPER_OPTIMIZATION),
+    replace(FULL[0], steps=120, learning_rate=2e-3, warmup_steps=12, eval_samples=64, **QUICK_SHAKESPEARE),
+    replace(FULL[1], steps=80, learning_rate=1e-3, warmup_steps=8, eval_samples=64, **QUICK_SHAKESPEARE),
+    replace(FULL[2], overrides="d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2", vocab_size=1000,
+            steps=150, learning_rate=1e-3, warmup_steps=15, length=32, eval_samples=32),
 )  # fmt: skip
 
 SHAKESPEARE_PROMPT = "ROMEO:\n"

@@ -177,7 +177,7 @@ def model_card(
         "ForConditionalGeneration": "target-token prediction given the source (teacher forcing, section 5)",
     }
     objective = next((text for suffix, text in objectives.items() if type(model).__name__.endswith(suffix)), task)
-    template = resources.files("aiayn").joinpath("hub_card/modelcard_template.md").read_text(encoding="utf-8")
+    template = resources.files("aiayn.hub_card").joinpath("modelcard_template.md").read_text(encoding="utf-8")
     return ModelCard.from_template(
         card_data,
         template_str=template,

@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
@@ -27,7 +28,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
-from .cpu_linear import AiaynLinear, product
+from .cpu_linear import AiaynLinear, lay_out_for_decoding, product, restore_standard_layout
 
 
 class AiaynRMSNorm(nn.Module):
@@ -466,6 +467,13 @@ class AiaynPreTrainedModel(PreTrainedModel):
             # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.
             self.generation_config._from_model_config = False
 
+    def train(self, mode: bool = True):
+        """`nn.Module.train`; training also restores the weights' standard layout after `generate()` on a CPU
+        (`cpu_linear.lay_out_for_decoding`)."""
+        if mode:
+            restore_standard_layout(self)
+        return super().train(mode)
+
     @classmethod
     def from_pretrained(
         cls,
@@ -535,7 +543,9 @@ class AiaynPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
         family (transformers writes only the saved class), so that any head loads from the folder with
-        `trust_remote_code=True` where aiayn is not installed."""
+        `trust_remote_code=True` where aiayn is not installed. Weights laid out for decoding are saved in their
+        standard layout."""
+        restore_standard_layout(self)
         modeling_module = type(self).__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
         self.config.auto_map = {
@@ -564,6 +574,15 @@ class AiaynPreTrainedModel(PreTrainedModel):
             init.copy_(module.inv_freq, inverse_frequencies(module.d_model, 10000.0))
         elif isinstance(module, AiaynRotaryEmbedding):
             init.copy_(module.inv_freq, inverse_frequencies(module.head_dim, module.base))
+
+
+class AiaynGenerationMixin(GenerationMixin):
+    """`GenerationMixin` whose `generate()` first lays the weights out for single-row products on CPUs
+    (`cpu_linear.lay_out_for_decoding`): decoding reads every weight matrix once per step."""
+
+    def generate(self, *args, **kwargs):
+        lay_out_for_decoding(self)
+        return super().generate(*args, **kwargs)
 
 
 class IndexOutOfRangeError(ValueError, IndexError):

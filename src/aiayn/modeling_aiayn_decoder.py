@@ -3,7 +3,6 @@
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
@@ -20,6 +19,7 @@ from .configuration_aiayn import AiaynDecoderConfig
 from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynGenerationMixin,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -94,7 +94,7 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
         )
 
 
-class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, GenerationMixin):
+class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynGenerationMixin):
     """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embeddings.embed_tokens.weight"}

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -20,6 +20,7 @@ from .configuration_aiayn import AiaynSeq2SeqConfig
 from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynGenerationMixin,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -186,7 +187,7 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
         )
 
 
-class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, GenerationMixin):
+class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynGenerationMixin):
     """Translation and other text-to-text tasks: the next target token given the source and the target prefix."""
 
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
