@@ -22,6 +22,7 @@ from aiayn.modeling_aiayn import (
     AiaynLayer,
     AiaynSelfAttention,
     AiaynSinusoidalPositionEmbedding,
+    AttentionInputs,
     LinearCrossEntropy,
     apply_rotary,
     inverse_frequencies,
@@ -452,7 +453,7 @@ def test_attention_is_equation_1(scale_attention):
     attention = AiaynSelfAttention(config, layer_idx=0, is_causal=True).eval()
     x = torch.randn(2, 5, 32)
     mask = torch.triu(torch.full((5, 5), torch.finfo(torch.float32).min), diagonal=1)
-    output, weights = attention(x, mask[None, None])
+    output, weights = attention(x, AttentionInputs(mask=mask[None, None]))
 
     q, k, v = attention.qkv_proj(x).split(32, dim=-1)
     heads = [slice(h * 8, (h + 1) * 8) for h in range(4)]

@@ -19,10 +19,15 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPastAndCrossAttentions,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -179,6 +184,26 @@ def eager_attention_forward(
     return output, weights
 
 
+class AttentionInputs:
+    """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
+    states, built once per forward by `AiaynStack`: the `mask` in the form the attention backend takes (the relative
+    position bias folded in, except for flex attention, which takes `position_bias` separately), the rotary
+    `(cos, sin)` tables, and the `fully_masked` queries that may attend to no key (see `open_fully_masked_queries`).
+    A new position type adds its tables here and builds them in the stack."""
+
+    def __init__(
+        self,
+        mask: torch.Tensor | object | None = None,
+        fully_masked: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ):
+        self.mask = mask
+        self.fully_masked = fully_masked
+        self.position_bias = position_bias
+        self.rotary = rotary
+
+
 class AiaynAttention(nn.Module):
     """Multi-head attention (section 3.2.2): `Concat(head_1, ..., head_h) W^O` with
     `head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`, dispatched to the configured attention backend."""
@@ -206,13 +231,11 @@ class AiaynAttention(nn.Module):
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        unattended: torch.Tensor | None = None,
+        inputs: AttentionInputs,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values, then `W^O`. `unattended` flags the
-        queries that may attend to no key (see `open_unattended_queries`): their attention output and weights are
-        zero."""
+        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values, then `W^O`. Queries that may attend
+        to no key (`inputs.fully_masked`) get zero attention output and weights."""
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
@@ -228,14 +251,14 @@ class AiaynAttention(nn.Module):
             query,
             key,
             value,
-            attention_mask,
+            inputs.mask,
             dropout=dropout,
             scaling=self.scaling,
             **kwargs,
         )
-        if unattended is not None:
-            output = output.masked_fill(unattended.transpose(1, 2), 0.0)
-            weights = weights.masked_fill(unattended, 0.0) if weights is not None else None
+        if inputs.fully_masked is not None:
+            output = output.masked_fill(inputs.fully_masked.transpose(1, 2), 0.0)
+            weights = weights.masked_fill(inputs.fully_masked, 0.0) if weights is not None else None
         output = output.reshape(*output.shape[:2], self.inner_dim)
         return self.o_proj(output), weights
 
@@ -250,22 +273,20 @@ class AiaynSelfAttention(AiaynAttention):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        position_bias: torch.Tensor | None = None,
+        inputs: AttentionInputs | None = None,
         cache: Cache | None = None,
-        unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        inputs = inputs if inputs is not None else AttentionInputs()
         query, key, value = self.project(self.qkv_proj, hidden_states, 3)
-        if position_embeddings is not None:
-            cos, sin = position_embeddings
+        if inputs.rotary is not None:
+            cos, sin = inputs.rotary
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if cache is not None:
             key, value = cache.update(key, value, self.layer_idx)
-        if position_bias is not None:
-            kwargs["position_bias"] = position_bias
-        return self.attend(query, key, value, attention_mask, unattended, **kwargs)
+        if inputs.position_bias is not None:
+            kwargs["position_bias"] = inputs.position_bias
+        return self.attend(query, key, value, inputs, **kwargs)
 
 
 class AiaynCrossAttention(AiaynAttention):
@@ -283,9 +304,8 @@ class AiaynCrossAttention(AiaynAttention):
         self,
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
+        inputs: AttentionInputs | None = None,
         cache: EncoderDecoderCache | None = None,
-        unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         (query,) = self.project(self.q_proj, hidden_states, 1)
@@ -297,7 +317,7 @@ class AiaynCrossAttention(AiaynAttention):
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
-        return self.attend(query, key, value, attention_mask, unattended, **kwargs)
+        return self.attend(query, key, value, inputs if inputs is not None else AttentionInputs(), **kwargs)
 
 
 class AiaynFeedForward(nn.Module):
@@ -342,25 +362,15 @@ class AiaynLayer(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        position_bias: torch.Tensor | None = None,
+        self_attention: AttentionInputs | None = None,
+        cross_attention: AttentionInputs | None = None,
         cache: Cache | None = None,
-        unattended: torch.Tensor | None = None,
-        encoder_unattended: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attended, _ = self.self_attn(
-            self._norm_input(hidden_states, self.self_attn_norm),
-            attention_mask,
-            position_embeddings,
-            position_bias,
-            self_attention_cache,
-            unattended,
-            **kwargs,
+            self._norm_input(hidden_states, self.self_attn_norm), self_attention, self_attention_cache, **kwargs
         )
         hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
         if self.cross_attn is not None:
@@ -368,9 +378,8 @@ class AiaynLayer(GradientCheckpointingLayer):
             attended, _ = self.cross_attn(
                 self._norm_input(hidden_states, self.cross_attn_norm),
                 encoder_hidden_states,
-                encoder_attention_mask,
+                cross_attention,
                 cross_attention_cache,
-                encoder_unattended,
                 **kwargs,
             )
             hidden_states = self._add_residual(hidden_states, attended, self.cross_attn_norm)
@@ -437,7 +446,9 @@ class AiaynEmbeddings(nn.Module):
 
 
 class AiaynTokenEmbedding(nn.Embedding):
-    """The token embedding table (section 3.4), shared by the stacks of a model and, when tied, by its LM head."""
+    """The token embedding table (section 3.4), shared by the stacks of a model and, when tied, by its LM head. A
+    class of its own so that `_init_weights` tells it from the position and token-type tables: with scaled
+    embeddings it starts at standard deviation d_model^-0.5."""
 
 
 def _first_five(faults: list[str]) -> str:
@@ -618,24 +629,24 @@ def check_labels_shape(labels: torch.Tensor, expected: tuple[int, ...], meaning:
         raise ValueError(f"labels have shape {shape}, but the model needs {meaning}: shape {wanted}.")
 
 
-def open_unattended_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
+def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
     """Finds the queries that a materialised `(batch, 1, queries, keys)` mask (boolean, True where allowed, or
     additive, the dtype's minimum where not) lets attend to no key: padding left of every real token, or a row that
     is all padding. A softmax over no key is NaN with `-inf` masks and an arbitrary mean of the values with finite
     ones, and differs between backends; so their rows are opened (every backend stays finite, gradients too) and
-    the attention zeroes their output and weights. Returns `(mask, unattended)`, `unattended` being
+    the attention zeroes their output and weights. Returns `(mask, fully_masked)`, `fully_masked` being
     `(batch, 1, queries, 1)` flags, or None when every query has a key (or the mask is not materialised)."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
         return attention_mask, None
     if attention_mask.dtype == torch.bool:
-        unattended = ~attention_mask.any(-1, keepdim=True)
+        fully_masked = ~attention_mask.any(-1, keepdim=True)
     else:
-        unattended = (attention_mask == torch.finfo(attention_mask.dtype).min).all(-1, keepdim=True)
-    if not torch.compiler.is_compiling() and not unattended.any():
+        fully_masked = (attention_mask == torch.finfo(attention_mask.dtype).min).all(-1, keepdim=True)
+    if not torch.compiler.is_compiling() and not fully_masked.any():
         return attention_mask, None
     if attention_mask.dtype == torch.bool:
-        return attention_mask | unattended, unattended
-    return attention_mask.masked_fill(unattended, 0.0), unattended
+        return attention_mask | fully_masked, fully_masked
+    return attention_mask.masked_fill(fully_masked, 0.0), fully_masked
 
 
 def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
@@ -740,42 +751,21 @@ class AiaynStack(AiaynPreTrainedModel):
         self._check_positions(position_ids)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
-        attention_mask = self._self_attention_mask(hidden_states, attention_mask, self_attention_cache, position_ids)
-        attention_mask, unattended = open_unattended_queries(attention_mask)
-        position_bias = None
-        if self.relative_position_bias is not None:
-            key_length = (
-                self_attention_cache.get_mask_sizes(seq_length, 0)[0]
-                if self_attention_cache is not None
-                else seq_length
-            )
-            position_bias = self.relative_position_bias(seq_length, key_length, past_length)
-            position_bias = position_bias.to(attention_dtype(hidden_states))
-            attention_mask, position_bias = self._add_position_bias(attention_mask, position_bias, batch_size)
-        position_embeddings = (
-            self.rotary_embedding(position_ids, hidden_states.dtype) if self.rotary_embedding is not None else None
+        self_attention = self._self_attention_inputs(
+            hidden_states, attention_mask, self_attention_cache, position_ids, past_length
         )
-        encoder_unattended = None
-        if encoder_hidden_states is not None:
-            encoder_attention_mask = create_bidirectional_mask(
-                config=self.config,
-                inputs_embeds=hidden_states,
-                attention_mask=encoder_attention_mask,
-                encoder_hidden_states=encoder_hidden_states,
-            )
-            encoder_attention_mask, encoder_unattended = open_unattended_queries(encoder_attention_mask)
-
+        cross_attention = (
+            self._cross_attention_inputs(hidden_states, encoder_hidden_states, encoder_attention_mask)
+            if encoder_hidden_states is not None
+            else None
+        )
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states,
-                attention_mask,
                 encoder_hidden_states,
-                encoder_attention_mask,
-                position_embeddings=position_embeddings,
-                position_bias=position_bias,
+                self_attention=self_attention,
+                cross_attention=cross_attention,
                 cache=cache,
-                unattended=unattended,
-                encoder_unattended=encoder_unattended,
                 **kwargs,
             )
         if self.final_norm is not None:
@@ -829,15 +819,18 @@ class AiaynStack(AiaynPreTrainedModel):
                 "sinusoidal, relative or rotary positions, which extend past the training length."
             )
 
-    def _self_attention_mask(
+    def _self_attention_inputs(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         cache: Cache | None,
         position_ids: torch.Tensor,
-    ):
+        past_length: int | torch.Tensor,
+    ) -> AttentionInputs:
+        """What every layer's self-attention reads: the mask (causal in decoders, padding only in encoders) with the
+        relative position bias folded in, the rotary tables, and the fully masked queries."""
         if self.is_causal:
-            return create_causal_mask(
+            mask = create_causal_mask(
                 config=self.config,
                 inputs_embeds=hidden_states,
                 attention_mask=attention_mask,
@@ -846,9 +839,36 @@ class AiaynStack(AiaynPreTrainedModel):
                 # A position bias is added to the mask, so the causal pattern must be materialised.
                 allow_is_causal_skip=self.relative_position_bias is None,
             )
-        return create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        else:
+            mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            )
+        inputs = AttentionInputs(*open_fully_masked_queries(mask))
+        if self.relative_position_bias is not None:
+            batch_size, query_length = hidden_states.shape[:2]
+            key_length = cache.get_mask_sizes(query_length, 0)[0] if cache is not None else query_length
+            bias = self.relative_position_bias(query_length, key_length, past_length)
+            bias = bias.to(attention_dtype(hidden_states))
+            inputs.mask, inputs.position_bias = self._add_position_bias(inputs.mask, bias, batch_size)
+        if self.rotary_embedding is not None:
+            inputs.rotary = self.rotary_embedding(position_ids, hidden_states.dtype)
+        return inputs
+
+    def _cross_attention_inputs(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        encoder_attention_mask: torch.Tensor | None,
+    ) -> AttentionInputs:
+        """What every layer's encoder-decoder attention reads: the source padding mask and the fully masked
+        queries."""
+        mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
         )
+        return AttentionInputs(*open_fully_masked_queries(mask))
 
     def _add_position_bias(
         self, attention_mask, position_bias: torch.Tensor, batch_size: int
@@ -931,6 +951,167 @@ def sequence_classification_loss(
     if num_items_in_batch is not None:
         loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
     return loss
+
+
+def carried_fields(outputs: ModelOutput, output_class: type[ModelOutput]) -> dict:
+    """The fields of a base model's `outputs` that a head's `output_class` also has (hidden states, attentions, the
+    cache, the encoder's outputs), so that a head returns what its base model returned."""
+    return {name: value for name, value in outputs.items() if name in output_class.__dataclass_fields__}
+
+
+class AiaynHeadModel(AiaynPreTrainedModel):
+    """A task head on a family's base model, `self.model`. The heads below are written once for every family; a
+    family builds its base model (`build_body`) and, where it differs, says how its base model reads a head's inputs
+    (`read`) and which features stand for a whole sequence (`sequence_features`)."""
+
+    def build_body(self, config: AiaynConfig, pooled: bool) -> AiaynPreTrainedModel:
+        """The family's base model; `pooled` where a head reads a pooled sequence feature."""
+        raise NotImplementedError(f"{type(self).__name__} does not build a base model for heads.")
+
+    def read(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.LongTensor | None,
+        position_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor | None,
+        **kwargs,
+    ) -> tuple[ModelOutput, torch.Tensor | None, torch.Tensor | None]:
+        """Runs the base model on a head's inputs. Returns its output and the ids and mask of the sequence whose
+        states it returns."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        return outputs, input_ids, attention_mask
+
+    def sequence_features(
+        self, outputs: ModelOutput, input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The state of each row's last real token, which has seen the whole sequence (GPT-2, BART)."""
+        hidden_states = outputs.last_hidden_state
+        batch_size, seq_length = hidden_states.shape[:2]
+        last = last_token_index(
+            input_ids, attention_mask, self.config.pad_token_id, batch_size, seq_length, hidden_states.device
+        )
+        return hidden_states[torch.arange(batch_size, device=hidden_states.device), last]
+
+
+class AiaynForSequenceClassification(AiaynHeadModel):
+    """Classification or regression of whole sequences from the features that stand for them."""
+
+    output_class: type[ModelOutput] = SequenceClassifierOutput
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        self.model = self.build_body(config, pooled=True)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
+        """
+        outputs, ids, mask = self.read(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+        )
+        logits = self.classifier(self.sequence_features(outputs, ids, mask))
+        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
+        return self.output_class(loss=loss, logits=logits, **carried_fields(outputs, self.output_class))
+
+
+class AiaynForTokenClassification(AiaynHeadModel):
+    """A label for every token (named entities, tagging)."""
+
+    output_class: type[ModelOutput] = TokenClassifierOutput
+    _keys_to_ignore_on_load_unexpected = [r"pooler"]
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        self.model = self.build_body(config, pooled=False)
+        self.classifier = AiaynClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            A class index per token; -100 for tokens that have none.
+        """
+        kwargs["use_cache"] = False
+        outputs, _, _ = self.read(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return self.output_class(loss=loss, logits=logits, **carried_fields(outputs, self.output_class))
+
+
+class AiaynForQuestionAnswering(AiaynHeadModel):
+    """Extractive question answering: start and end scores for every token (BERT on SQuAD)."""
+
+    output_class: type[ModelOutput] = QuestionAnsweringModelOutput
+    _keys_to_ignore_on_load_unexpected = [r"pooler"]
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        self.model = self.build_body(config, pooled=False)
+        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ModelOutput:
+        r"""
+        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Token indices of the answer span; positions outside the sequence are ignored.
+        """
+        kwargs["use_cache"] = False
+        outputs, _, _ = self.read(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return self.output_class(
+            loss=loss,
+            start_logits=start_logits.contiguous(),
+            end_logits=end_logits.contiguous(),
+            **carried_fields(outputs, self.output_class),
+        )
 
 
 def skips_logits(skip_logits: bool | None, labels: torch.Tensor | None, training: bool) -> bool:

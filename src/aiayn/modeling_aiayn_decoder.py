@@ -6,9 +6,7 @@ from transformers.cache_utils import Cache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
-    QuestionAnsweringModelOutput,
     SequenceClassifierOutputWithPast,
-    TokenClassifierOutput,
 )
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.processing_utils import Unpack
@@ -18,14 +16,15 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_aiayn import AiaynDecoderConfig
 from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
-    AiaynClassificationHead,
+    AiaynForQuestionAnswering,
+    AiaynForSequenceClassification,
+    AiaynForTokenClassification,
     AiaynGenerationMixin,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
+    carried_fields,
     check_labels_shape,
-    last_token_index,
-    sequence_classification_loss,
     skips_logits,
     token_prediction_loss,
 )
@@ -41,6 +40,10 @@ class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
         "AutoModelForTokenClassification": "AiaynDecoderForTokenClassification",
         "AutoModelForQuestionAnswering": "AiaynDecoderForQuestionAnswering",
     }
+
+    def build_body(self, config: AiaynDecoderConfig, pooled: bool) -> "AiaynDecoderModel":
+        """The base model of the heads: the decoder stack (there is no pooler)."""
+        return AiaynDecoderModel(config)
 
 
 class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
@@ -155,156 +158,21 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynGenerationMixin)
             logits = self.lm_head(kept if scale is None else kept * scale)
             if labels is not None:
                 loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return CausalLMOutputWithPast(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **carried_fields(outputs, CausalLMOutputWithPast))
 
 
-class AiaynDecoderForSequenceClassification(AiaynDecoderPreTrainedModel):
+class AiaynDecoderForSequenceClassification(AiaynDecoderPreTrainedModel, AiaynForSequenceClassification):
     """Classification or regression from the last real token, which has seen the whole sequence (GPT-2)."""
 
-    def __init__(self, config: AiaynDecoderConfig):
-        super().__init__(config)
-        self.model = AiaynDecoderModel(config)
-        self.classifier = AiaynClassificationHead(config, config.num_labels)
-        self.post_init()
-
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SequenceClassifierOutputWithPast:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            token_type_ids=token_type_ids,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state
-        batch_size, seq_length = hidden_states.shape[:2]
-        last = last_token_index(
-            input_ids, attention_mask, self.config.pad_token_id, batch_size, seq_length, hidden_states.device
-        )
-        logits = self.classifier(hidden_states[torch.arange(batch_size, device=hidden_states.device), last])
-        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
-        return SequenceClassifierOutputWithPast(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+    output_class = SequenceClassifierOutputWithPast
 
 
-class AiaynDecoderForTokenClassification(AiaynDecoderPreTrainedModel):
+class AiaynDecoderForTokenClassification(AiaynDecoderPreTrainedModel, AiaynForTokenClassification):
     """A label for every token, each seeing only its left context."""
 
-    def __init__(self, config: AiaynDecoderConfig):
-        super().__init__(config)
-        self.model = AiaynDecoderModel(config)
-        self.classifier = AiaynClassificationHead(config, config.num_labels)
-        self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TokenClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            A class index per token; -100 for tokens that have none.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            token_type_ids=token_type_ids,
-            use_cache=False,
-            **kwargs,
-        )
-        logits = self.classifier(outputs.last_hidden_state)
-        loss = None
-        if labels is not None:
-            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-
-
-class AiaynDecoderForQuestionAnswering(AiaynDecoderPreTrainedModel):
-    """Extractive question answering: start and end scores for every token."""
-
-    def __init__(self, config: AiaynDecoderConfig):
-        super().__init__(config)
-        self.model = AiaynDecoderModel(config)
-        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> QuestionAnsweringModelOutput:
-        r"""
-        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Token indices of the answer span; positions outside the sequence are ignored.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            token_type_ids=token_type_ids,
-            use_cache=False,
-            **kwargs,
-        )
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits.contiguous(),
-            end_logits=end_logits.contiguous(),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+class AiaynDecoderForQuestionAnswering(AiaynDecoderPreTrainedModel, AiaynForQuestionAnswering):
+    """Extractive question answering: start and end scores for every token, each seeing only its left context."""
 
 
 __all__ = [

@@ -8,9 +8,6 @@ from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     MaskedLMOutput,
     MultipleChoiceModelOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
@@ -19,12 +16,16 @@ from .configuration_aiayn import AiaynEncoderConfig
 from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynClassificationHead,
+    AiaynForQuestionAnswering,
+    AiaynForSequenceClassification,
+    AiaynForTokenClassification,
+    AiaynHeadModel,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     build_norm,
+    carried_fields,
     check_labels_shape,
-    sequence_classification_loss,
     skips_logits,
     token_prediction_loss,
 )
@@ -41,6 +42,14 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
         "AutoModelForQuestionAnswering": "AiaynEncoderForQuestionAnswering",
         "AutoModelForMultipleChoice": "AiaynEncoderForMultipleChoice",
     }
+
+    def build_body(self, config: AiaynEncoderConfig, pooled: bool) -> "AiaynEncoderModel":
+        """The base model of the heads, with BERT's pooler where a head reads the pooled first token."""
+        return AiaynEncoderModel(config, add_pooling_layer=pooled)
+
+    def sequence_features(self, outputs, input_ids, attention_mask) -> torch.Tensor:
+        """BERT classifies a sequence from its pooled first token."""
+        return outputs.pooler_output
 
 
 class AiaynEncoderPooler(nn.Module):
@@ -167,148 +176,27 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
             logits = self.lm_head(hidden_states)
             if labels is not None:
                 loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return MaskedLMOutput(loss=loss, logits=logits, **carried_fields(outputs, MaskedLMOutput))
 
 
-class AiaynEncoderForSequenceClassification(AiaynEncoderPreTrainedModel):
+class AiaynEncoderForSequenceClassification(AiaynEncoderPreTrainedModel, AiaynForSequenceClassification):
     """Classification or regression from the pooled first token (BERT)."""
 
-    def __init__(self, config: AiaynEncoderConfig):
-        super().__init__(config)
-        self.model = AiaynEncoderModel(config)
-        self.classifier = AiaynClassificationHead(config, config.num_labels)
-        self.post_init()
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> SequenceClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        logits = self.classifier(outputs.pooler_output)
-        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-
-
-class AiaynEncoderForTokenClassification(AiaynEncoderPreTrainedModel):
+class AiaynEncoderForTokenClassification(AiaynEncoderPreTrainedModel, AiaynForTokenClassification):
     """A label for every token (named entities, tagging)."""
 
-    _keys_to_ignore_on_load_unexpected = [r"pooler"]
 
-    def __init__(self, config: AiaynEncoderConfig):
-        super().__init__(config)
-        self.model = AiaynEncoderModel(config, add_pooling_layer=False)
-        self.classifier = AiaynClassificationHead(config, config.num_labels)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> TokenClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            A class index per token; -100 for tokens that have none.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        logits = self.classifier(outputs.last_hidden_state)
-        loss = None
-        if labels is not None:
-            check_labels_shape(labels, tuple(logits.shape[:2]), "one label per token")
-            loss = self.loss_function(logits, labels, self.config, **kwargs)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-
-
-class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel):
+class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel, AiaynForQuestionAnswering):
     """Extractive question answering: start and end scores for every token (BERT on SQuAD)."""
 
-    _keys_to_ignore_on_load_unexpected = [r"pooler"]
 
-    def __init__(self, config: AiaynEncoderConfig):
-        super().__init__(config)
-        self.model = AiaynEncoderModel(config, add_pooling_layer=False)
-        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> QuestionAnsweringModelOutput:
-        r"""
-        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Token indices of the answer span; positions outside the sequence are ignored.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits.contiguous(),
-            end_logits=end_logits.contiguous(),
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-
-
-class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel):
+class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel, AiaynHeadModel):
     """Scores each of `num_choices` candidate sequences from its pooled first token (BERT on SWAG)."""
 
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__(config)
-        self.model = AiaynEncoderModel(config)
+        self.model = self.build_body(config, pooled=True)
         self.classifier = AiaynClassificationHead(config, 1)
         self.post_init()
 
@@ -330,26 +218,16 @@ class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel):
             Index of the correct choice.
         """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-
-        def one_sequence_per_row(tensor: torch.Tensor | None) -> torch.Tensor | None:
-            return tensor.flatten(0, 1) if tensor is not None else None
-
-        outputs = self.model(
-            input_ids=one_sequence_per_row(input_ids),
-            attention_mask=one_sequence_per_row(attention_mask),
-            token_type_ids=one_sequence_per_row(token_type_ids),
-            position_ids=one_sequence_per_row(position_ids),
-            inputs_embeds=one_sequence_per_row(inputs_embeds),
-            **kwargs,
-        )
-        logits = self.classifier(outputs.pooler_output).view(-1, num_choices)
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        one_sequence_per_row = [tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs]
+        outputs, ids, mask = self.read(*one_sequence_per_row, **kwargs)
+        logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
         loss = None
         if labels is not None:
             check_labels_shape(labels, (len(logits),), "one choice index per example")
             loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs)
-        return MultipleChoiceModelOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        carried = carried_fields(outputs, MultipleChoiceModelOutput)
+        return MultipleChoiceModelOutput(loss=loss, logits=logits, **carried)
 
 
 __all__ = [

@@ -19,14 +19,14 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_aiayn import AiaynSeq2SeqConfig
 from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
-    AiaynClassificationHead,
+    AiaynForQuestionAnswering,
+    AiaynForSequenceClassification,
     AiaynGenerationMixin,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
+    carried_fields,
     check_labels_shape,
-    last_token_index,
-    sequence_classification_loss,
     skips_logits,
     token_prediction_loss,
 )
@@ -81,6 +81,49 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         if not all_submodels and hasattr(self, "shared"):
             return dict(self._tied_weights_keys)
         return super().get_expanded_tied_weights_keys(all_submodels)
+
+    def build_body(self, config: AiaynSeq2SeqConfig, pooled: bool) -> "AiaynSeq2SeqModel":
+        """The base model of the heads: both stacks."""
+        return AiaynSeq2SeqModel(config)
+
+    def read(
+        self,
+        input_ids: torch.LongTensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.LongTensor | None,
+        position_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor | None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[Seq2SeqModelOutput, torch.Tensor | None, torch.Tensor | None]:
+        """Heads read one sequence with both stacks (BART's recipe): the encoder sees it and the decoder re-reads it,
+        shifted right, while attending to the encoder (unless `decoder_input_ids` or `decoder_inputs_embeds` are
+        given). Returns the output and the decoder input ids and mask."""
+        if decoder_input_ids is None and kwargs.get("decoder_inputs_embeds") is None:
+            if input_ids is None:
+                raise ValueError("Without input_ids, pass decoder_input_ids or decoder_inputs_embeds.")
+            decoder_input_ids = shift_tokens_right(
+                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id
+            )
+            if decoder_attention_mask is None and attention_mask is not None:
+                # The start token is real; the rest of the mask moves with the tokens.
+                decoder_attention_mask = torch.cat(
+                    (attention_mask.new_ones(attention_mask.shape[0], 1), attention_mask[:, :-1]), dim=1
+                )
+        for name, value in (("token_type_ids", token_type_ids), ("position_ids", position_ids)):
+            if value is not None:  # both stacks read them, as any other keyword argument
+                kwargs[name] = value
+        kwargs["use_cache"] = False
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+        return outputs, decoder_input_ids, decoder_attention_mask
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """Used by `DataCollatorForSeq2Seq` to build `decoder_input_ids` from `labels`."""
@@ -287,175 +330,19 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynGen
             logits = self.lm_head(hidden_states)
             if labels is not None:
                 loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            cache=outputs.cache,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **carried_fields(outputs, Seq2SeqLMOutput))
 
 
-class _AiaynSeq2SeqReadsWholeInput(AiaynSeq2SeqPreTrainedModel):
-    """Heads that read one sequence with both stacks (BART-style): the encoder sees it and the decoder re-reads it,
-    shifted right, while attending to the encoder."""
-
-    def __init__(self, config: AiaynSeq2SeqConfig):
-        super().__init__(config)
-        self.model = AiaynSeq2SeqModel(config)
-
-    def encode_and_reread(
-        self,
-        input_ids: torch.LongTensor | None,
-        attention_mask: torch.Tensor | None,
-        decoder_input_ids: torch.LongTensor | None,
-        decoder_attention_mask: torch.Tensor | None,
-        encoder_outputs: BaseModelOutput | tuple | None,
-        inputs_embeds: torch.Tensor | None,
-        decoder_inputs_embeds: torch.Tensor | None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> tuple[Seq2SeqModelOutput, torch.Tensor | None, torch.Tensor | None]:
-        """Runs both stacks; without decoder inputs the decoder reads `input_ids` shifted right. Returns the output
-        and the decoder input ids and mask that were used."""
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            if input_ids is None:
-                raise ValueError("Without input_ids, pass decoder_input_ids or decoder_inputs_embeds.")
-            decoder_input_ids = shift_tokens_right(
-                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id
-            )
-            if decoder_attention_mask is None and attention_mask is not None:
-                # The start token is real; the rest of the mask moves with the tokens.
-                decoder_attention_mask = torch.cat(
-                    (attention_mask.new_ones(attention_mask.shape[0], 1), attention_mask[:, :-1]), dim=1
-                )
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=False,
-            **kwargs,
-        )
-        return outputs, decoder_input_ids, decoder_attention_mask
-
-
-class AiaynSeq2SeqForSequenceClassification(_AiaynSeq2SeqReadsWholeInput):
+class AiaynSeq2SeqForSequenceClassification(AiaynSeq2SeqPreTrainedModel, AiaynForSequenceClassification):
     """Classification or regression from the decoder state at the last real token (BART's recipe)."""
 
-    def __init__(self, config: AiaynSeq2SeqConfig):
-        super().__init__(config)
-        self.classifier = AiaynClassificationHead(config, config.num_labels)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqSequenceClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
-        """
-        outputs, decoder_input_ids, decoder_attention_mask = self.encode_and_reread(
-            input_ids,
-            attention_mask,
-            decoder_input_ids,
-            decoder_attention_mask,
-            encoder_outputs,
-            inputs_embeds,
-            decoder_inputs_embeds,
-            **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state
-        batch_size, seq_length = hidden_states.shape[:2]
-        last = last_token_index(
-            decoder_input_ids,
-            decoder_attention_mask,
-            self.config.pad_token_id,
-            batch_size,
-            seq_length,
-            hidden_states.device,
-        )
-        logits = self.classifier(hidden_states[torch.arange(batch_size, device=hidden_states.device), last])
-        loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
-        return Seq2SeqSequenceClassifierOutput(
-            loss=loss,
-            logits=logits,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+    output_class = Seq2SeqSequenceClassifierOutput
 
 
-class AiaynSeq2SeqForQuestionAnswering(_AiaynSeq2SeqReadsWholeInput):
+class AiaynSeq2SeqForQuestionAnswering(AiaynSeq2SeqPreTrainedModel, AiaynForQuestionAnswering):
     """Extractive question answering from the decoder states (BART's recipe)."""
 
-    def __init__(self, config: AiaynSeq2SeqConfig):
-        super().__init__(config)
-        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        start_positions: torch.LongTensor | None = None,
-        end_positions: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqQuestionAnsweringModelOutput:
-        r"""
-        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Token indices of the answer span in the input; positions outside the sequence are ignored.
-        """
-        outputs, _, _ = self.encode_and_reread(
-            input_ids,
-            attention_mask,
-            decoder_input_ids,
-            decoder_attention_mask,
-            encoder_outputs,
-            inputs_embeds,
-            decoder_inputs_embeds,
-            **kwargs,
-        )
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
-        return Seq2SeqQuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start_logits.contiguous(),
-            end_logits=end_logits.contiguous(),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+    output_class = Seq2SeqQuestionAnsweringModelOutput
 
 
 class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqPreTrainedModel):
