@@ -17,13 +17,13 @@ from torch.nn import functional as F
 from transformers.models.t5.modeling_t5 import T5Attention
 
 import aiayn
+from aiayn.losses_aiayn import LinearCrossEntropy
 from aiayn.modeling_aiayn import (
     AiaynFeedForward,
     AiaynLayer,
     AiaynSelfAttention,
     AiaynSinusoidalPositionEmbedding,
     AttentionInputs,
-    LinearCrossEntropy,
     apply_rotary,
     inverse_frequencies,
     relative_position_bucket,

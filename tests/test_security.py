@@ -91,7 +91,14 @@ def test_a_hub_folder_holds_no_pickle_and_only_code_that_needs_nothing_but_torch
     save_hub_folder(lm_model(family), word_tokenizer(), str(tmp_path))
     assert not [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
     code = saved_code(str(tmp_path))
-    expected = {"configuration_aiayn.py", "modeling_aiayn.py", "cpu_linear.py", f"modeling_aiayn_{family}.py"}
+    expected = {
+        "configuration_aiayn.py",
+        "modeling_aiayn.py",
+        "policy_aiayn.py",
+        "losses_aiayn.py",
+        "cpu_linear.py",
+        f"modeling_aiayn_{family}.py",
+    }
     assert set(code) == expected | ({"pipeline_aiayn.py"} if family == "seq2seq" else set())
     local_modules = {name.removesuffix(".py") for name in code}
     assert {name: forbidden_uses(tree, local_modules) for name, tree in code.items()} == {name: [] for name in code}

@@ -18,11 +18,12 @@ from .configuration_aiayn import (
     AiaynSeq2SeqConfig,
     preset_config,
 )
-from .modeling_aiayn import AiaynPreTrainedModel, IndexOutOfRangeError
+from .modeling_aiayn import AiaynPreTrainedModel
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
 from .modeling_aiayn_seq2seq import *  # noqa: F403
 from .pipeline_aiayn import TEXT2TEXT_TASKS, AiaynText2TextGenerationPipeline
+from .policy_aiayn import IndexOutOfRangeError
 
 __version__ = "0.1.0"
 

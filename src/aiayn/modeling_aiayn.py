@@ -2,17 +2,16 @@
 
 Section and equation numbers refer to "Attention Is All You Need" (Vaswani et al., 2017). One `AiaynStack` is the
 encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-attention, plus encoder-decoder
-attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks.
+attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks,
+and the heads every family shares are written once at the end of this file. The loading policy and the input checks
+are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the CPU product routes in `cpu_linear.py`.
 
 This module imports nothing but torch, transformers and the configuration: `save_pretrained` copies it next to
 the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
 """
 
-import warnings
-
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -33,7 +32,15 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
-from .cpu_linear import AiaynLinear, lay_out_for_decoding, product, restore_standard_layout
+from .cpu_linear import AiaynLinear, lay_out_for_decoding, restore_standard_layout
+from .losses_aiayn import sequence_classification_loss
+from .policy_aiayn import (
+    AiaynLoadingPolicy,
+    IndexOutOfRangeError,
+    check_labels_shape,
+    check_mask_shape,
+    check_token_ids,
+)
 
 
 class AiaynRMSNorm(nn.Module):
@@ -451,11 +458,7 @@ class AiaynTokenEmbedding(nn.Embedding):
     embeddings it starts at standard deviation d_model^-0.5."""
 
 
-def _first_five(faults: list[str]) -> str:
-    return "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
-
-
-class AiaynPreTrainedModel(PreTrainedModel):
+class AiaynPreTrainedModel(AiaynLoadingPolicy):
     """Weight initialisation, attention-backend declarations and config validation shared by all families."""
 
     config: AiaynConfig
@@ -467,8 +470,6 @@ class AiaynPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
-    # Auto class name -> model class name, for every Auto class the family supports (set by each family).
-    auto_classes: dict[str, str] = {}
 
     def __init__(self, config: AiaynConfig, *inputs, **kwargs):
         config.validate()
@@ -484,86 +485,6 @@ class AiaynPreTrainedModel(PreTrainedModel):
         if mode:
             restore_standard_layout(self)
         return super().train(mode)
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path,
-        *model_args,
-        use_safetensors: bool | None = True,
-        ignore_mismatched_sizes: bool = False,
-        output_loading_info: bool = False,
-        **kwargs,
-    ) -> "AiaynPreTrainedModel":
-        """`PreTrainedModel.from_pretrained`, with safeguards against loading anything but this model's weights:
-
-        - only safetensors are read unless `use_safetensors=False` (or `None`) is passed: pickled
-          `pytorch_model.bin` files can run code when loaded (transformers then reads them with
-          `torch.load(weights_only=True)`);
-        - an unreadable (truncated, corrupted) weights file raises `OSError` naming the checkpoint;
-        - weights held in other shapes raise `RuntimeError` listing them, as transformers does for a size mismatch
-          (`ignore_mismatched_sizes=True` re-initialises them instead);
-        - a checkpoint that lacks weights of the model's stacks loads as in transformers (the missing weights are
-          initialised and listed by `output_loading_info=True`), with a warning naming them: its layers are then
-          randomly initialised. New heads (a classifier, a pooler) may be missing without a warning, as usual.
-        """
-        try:
-            model, loading_info = super().from_pretrained(
-                pretrained_model_name_or_path,
-                *model_args,
-                use_safetensors=use_safetensors,
-                ignore_mismatched_sizes=True,
-                output_loading_info=True,
-                **kwargs,
-            )
-        except OSError as error:
-            if use_safetensors and "no file named model.safetensors" in str(error):
-                raise OSError(
-                    f"{error} Only safetensors weights are read unless use_safetensors=False is passed, which reads "
-                    "pickled pytorch_model.bin files with torch.load(weights_only=True)."
-                ) from error
-            raise
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
-            raise OSError(
-                f"The weights of {pretrained_model_name_or_path} cannot be read ({error}): the safetensors file is "
-                "truncated or corrupted. Save or download it again."
-            ) from error
-        if loading_info["mismatched_keys"] and not ignore_mismatched_sizes:
-            faults = [
-                f"{key} has shape {tuple(saved)} in the checkpoint and {tuple(expected)} in the model"
-                for key, saved, expected in sorted(loading_info["mismatched_keys"])
-            ]
-            raise RuntimeError(
-                f"{pretrained_model_name_or_path} does not hold the weights of this {cls.__name__}: "
-                f"{_first_five(faults)}. Check the checkpoint and the config passed with it, or pass "
-                "ignore_mismatched_sizes=True to initialise these weights anew."
-            )
-        stacks = tuple(f"{name}." for name, module in model.named_modules() if isinstance(module, AiaynStack))
-        missing = [f"{key} is missing" for key in sorted(loading_info["missing_keys"]) if key.startswith(stacks)]
-        if missing:
-            warnings.warn(
-                f"{pretrained_model_name_or_path} does not hold all the weights of this {cls.__name__}: "
-                f"{_first_five(missing)}. Its layers are randomly initialised; check the checkpoint and the config "
-                "passed with it.",
-                stacklevel=2,
-            )
-        return (model, loading_info) if output_loading_info else model
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
-        family (transformers writes only the saved class), so that any head loads from the folder with
-        `trust_remote_code=True` where aiayn is not installed. Weights laid out for decoding are saved in their
-        standard layout."""
-        restore_standard_layout(self)
-        modeling_module = type(self).__module__.rsplit(".", 1)[-1]
-        configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
-        self.config.auto_map = {
-            "AutoConfig": f"{configuration_module}.{type(self.config).__name__}",
-            **{auto_class: f"{modeling_module}.{name}" for auto_class, name in self.auto_classes.items()},
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def _flash_attn_can_dispatch(self, flash_attn_version: int, is_init_check: bool = False) -> bool:
         if self.config.position_embedding_type == "relative":
@@ -594,39 +515,6 @@ class AiaynGenerationMixin(GenerationMixin):
     def generate(self, *args, **kwargs):
         lay_out_for_decoding(self)
         return super().generate(*args, **kwargs)
-
-
-class IndexOutOfRangeError(ValueError, IndexError):
-    """An id outside the table it indexes (a token, a token type, a learned position). transformers' own models raise
-    `IndexError` from inside the embedding lookup (on GPUs, a device-side assert); aiayn names the id and the limit,
-    and raises an error that both `except IndexError` and `except ValueError` catch."""
-
-
-def check_token_ids(ids: torch.Tensor | None, size: int, name: str, size_name: str):
-    """Raises `IndexOutOfRangeError` naming the first of `ids` outside `[0, size)`, rather than an index error from
-    inside the embedding lookup. Skipped while compiling: it reads values."""
-    if ids is None or ids.numel() == 0 or torch.compiler.is_compiling():
-        return
-    low, high = torch.aminmax(ids)
-    if low < 0 or high >= size:
-        bad = (ids < 0) | (ids >= size)
-        raise IndexOutOfRangeError(f"{name} contain {ids[bad][0].item()}, outside [0, {size}) ({size_name}={size}).")
-
-
-def check_mask_shape(attention_mask: torch.Tensor | None, expected: tuple[int, int], name: str, meaning: str):
-    """Raises `ValueError` when a 2D padding mask is not `expected = (batch, length)`. 4D masks are the caller's."""
-    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
-        raise ValueError(
-            f"{name} has shape {tuple(attention_mask.shape)}, but a padding mask over {meaning} has shape {expected}."
-        )
-
-
-def check_labels_shape(labels: torch.Tensor, expected: tuple[int, ...], meaning: str, exact: bool = True):
-    """Raises `ValueError` unless `labels` have the `expected` shape (or, with `exact=False`, begin with it)."""
-    shape = tuple(labels.shape)
-    if shape != expected if exact else shape[: len(expected)] != expected:
-        wanted = expected if exact else f"({', '.join(map(str, expected))}, ...)"
-        raise ValueError(f"labels have shape {shape}, but the model needs {meaning}: shape {wanted}.")
 
 
 def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
@@ -917,42 +805,6 @@ def last_token_index(
     return (positions * is_real.to(device)).argmax(-1)
 
 
-def sequence_classification_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    config: AiaynConfig,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    **kwargs,
-) -> torch.Tensor:
-    """Cross-entropy, mean squared error or binary cross-entropy, by `config.problem_type` (inferred from the labels
-    as in transformers). With `num_items_in_batch` (the Trainer's count over all accumulated micro-batches), each
-    loss is a sum divided by it, so that gradient accumulation reproduces the full batch's mean for every problem
-    type, not only for single-label classification."""
-    num_labels = config.num_labels
-    check_labels_shape(labels, (len(logits),), "one label (or one row of labels) per example", exact=False)
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    labels = labels.to(logits.device)
-    reduction = "mean" if num_items_in_batch is None else "sum"
-    if config.problem_type == "single_label_classification":
-        loss = nn.functional.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1), reduction=reduction)
-    elif config.problem_type == "regression":
-        predictions = logits.squeeze(-1) if num_labels == 1 else logits
-        loss = nn.functional.mse_loss(predictions.float(), labels.view_as(predictions).float(), reduction=reduction)
-    elif config.problem_type == "multi_label_classification":
-        loss = nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction)
-    else:
-        raise ValueError(f"Unknown problem_type {config.problem_type!r}.")
-    if num_items_in_batch is not None:
-        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
-    return loss
-
-
 def carried_fields(outputs: ModelOutput, output_class: type[ModelOutput]) -> dict:
     """The fields of a base model's `outputs` that a head's `output_class` also has (hidden states, attentions, the
     cache, the encoder's outputs), so that a head returns what its base model returned."""
@@ -1112,107 +964,3 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
             end_logits=end_logits.contiguous(),
             **carried_fields(outputs, self.output_class),
         )
-
-
-def skips_logits(skip_logits: bool | None, labels: torch.Tensor | None, training: bool) -> bool:
-    """Whether a language-model head computes its loss without the logits (`token_prediction_loss`). `skip_logits` is
-    the argument transformers' Trainer and Liger-Kernel use: by default the logits are skipped when training with
-    labels, where only the loss is needed; `skip_logits=False` asks for them."""
-    if skip_logits and labels is None:
-        raise ValueError("skip_logits=True computes the loss without logits, from the labels; no labels were given.")
-    return training and labels is not None if skip_logits is None else skip_logits
-
-
-class LinearCrossEntropy(torch.autograd.Function):
-    """`sum_i -log softmax(x_i W^T + b)[y_i]` over the rows with a label (`y_i != ignore_index`), and its gradients,
-    computed a chunk of rows at a time (Liger-Kernel's fused linear cross-entropy): neither the logits nor their
-    float32 copy, probabilities or gradient exist for more than one chunk. The gradients are computed in the forward,
-    from each chunk's probabilities (`dL/dlogits = softmax - onehot(y)`), and handed over, scaled in place, by the
-    backward, which therefore runs once (as after any backward without `retain_graph`)."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, ignore_index: int, chunk_rows: int, recorded: bool) -> torch.Tensor:
-        """`recorded`: whether autograd records the call (`torch.is_grad_enabled()` outside it); if not, no
-        gradient is computed."""
-        needs_hidden, needs_weight, needs_bias = (recorded and needs for needs in ctx.needs_input_grad[:3])
-        needs_bias = needs_bias and bias is not None
-        grad_hidden = torch.empty_like(hidden) if needs_hidden else None
-        grad_weight = grad_bias = None
-        total = hidden.new_zeros((), dtype=torch.float32)
-        for start in range(0, hidden.shape[0], chunk_rows):
-            rows, targets = hidden[start : start + chunk_rows], labels[start : start + chunk_rows]
-            logits = product(rows, weight, bias)  # in autocast's dtype where it is on
-            dtype = logits.dtype
-            log_probabilities = torch.log_softmax(logits, -1, dtype=torch.float32)
-            del logits  # from here one chunk-sized buffer lives: the probabilities, then their gradient
-            labelled = (targets != ignore_index)[:, None]
-            targets = targets[:, None].masked_fill(~labelled, 0)
-            total -= (log_probabilities.gather(1, targets) * labelled).sum()
-            # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
-            probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
-            grad_logits, kept = probabilities.to(dtype), labelled.to(dtype)
-            if needs_hidden:
-                chunk_grad = product(grad_logits, weight.to(dtype).t()) * kept
-                grad_hidden[start : start + chunk_rows] = chunk_grad
-            if needs_weight:  # accumulated in float32 whatever the products' dtype
-                chunk_grad = product(grad_logits.t(), (rows.to(dtype) * kept).t()).float()
-                grad_weight = chunk_grad if grad_weight is None else grad_weight.add_(chunk_grad)
-            if needs_bias:
-                chunk_grad = (kept.t() @ grad_logits).float().squeeze(0)
-                grad_bias = chunk_grad if grad_bias is None else grad_bias.add_(chunk_grad)
-        # Kept as attributes, not saved tensors, so that the backward can hand them over without a copy.
-        ctx.gradients = (grad_hidden, grad_weight, grad_bias)
-        ctx.weight_dtype = weight.dtype
-        return total
-
-    @staticmethod
-    def backward(ctx, grad_total: torch.Tensor):
-        gradients, ctx.gradients = ctx.gradients, None
-        if gradients is None:
-            raise RuntimeError("The loss computed without logits can be backpropagated once (no retain_graph).")
-        grad_hidden, grad_weight, grad_bias = (None if grad is None else grad.mul_(grad_total) for grad in gradients)
-        if grad_weight is not None:
-            grad_weight = grad_weight.to(ctx.weight_dtype)
-        if grad_bias is not None:
-            grad_bias = grad_bias.to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
-
-
-def token_prediction_loss(
-    hidden_states: torch.Tensor,
-    labels: torch.Tensor,
-    projection: nn.Linear,
-    features: nn.Module | None = None,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    ignore_index: int = -100,
-    **kwargs,
-) -> torch.Tensor:
-    """The cross-entropy of the tokens `labels` names under `projection(features(hidden_states))`, the same value and
-    gradients as transformers' loss over the logits (the mean over labelled tokens, or the sum divided by the
-    Trainer's `num_items_in_batch`) without the logits of the batch: in eager mode only the labelled rows are read
-    (a masked LM predicts about 15% of its tokens), and `LinearCrossEntropy` projects them a chunk at a time."""
-    hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1])
-    labels = labels.reshape(-1).to(hidden_states.device)
-    if not torch.compiler.is_compiling():  # a data-dependent shape would break the graph
-        labelled = labels != ignore_index
-        hidden_states, labels = hidden_states[labelled], labels[labelled]
-    if features is not None:
-        hidden_states = features(hidden_states)
-    if isinstance(projection, nn.Linear) and not (projection._forward_hooks or projection._forward_pre_hooks):
-        # Chunks of at least 256 rows keep the products efficient; 2^24 logits (64 MiB in float32) bound each one.
-        chunk_rows = max(256, 2**24 // projection.out_features)
-        total = LinearCrossEntropy.apply(
-            hidden_states,
-            projection.weight,
-            projection.bias,
-            labels,
-            ignore_index,
-            chunk_rows,
-            torch.is_grad_enabled(),
-        )
-    else:  # an adapter or a hook (PEFT, accelerate's offloading) owns the projection: call it
-        logits = projection(hidden_states).float()
-        total = nn.functional.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
-    if num_items_in_batch is None:
-        return total / (labels != ignore_index).sum()
-    return total / torch.as_tensor(num_items_in_batch, device=total.device)

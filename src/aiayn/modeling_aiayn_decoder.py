@@ -15,6 +15,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
 from .cpu_linear import AiaynLinear
+from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -24,10 +25,8 @@ from .modeling_aiayn import (
     AiaynStack,
     AiaynTokenEmbedding,
     carried_fields,
-    check_labels_shape,
-    skips_logits,
-    token_prediction_loss,
 )
+from .policy_aiayn import check_labels_shape
 
 
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):

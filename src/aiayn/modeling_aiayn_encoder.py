@@ -14,6 +14,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
 from .cpu_linear import AiaynLinear
+from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
     AiaynClassificationHead,
     AiaynForQuestionAnswering,
@@ -25,10 +26,8 @@ from .modeling_aiayn import (
     AiaynTokenEmbedding,
     build_norm,
     carried_fields,
-    check_labels_shape,
-    skips_logits,
-    token_prediction_loss,
 )
+from .policy_aiayn import check_labels_shape
 
 
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):

@@ -18,6 +18,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
 from .cpu_linear import AiaynLinear
+from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -26,10 +27,8 @@ from .modeling_aiayn import (
     AiaynStack,
     AiaynTokenEmbedding,
     carried_fields,
-    check_labels_shape,
-    skips_logits,
-    token_prediction_loss,
 )
+from .policy_aiayn import check_labels_shape
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
