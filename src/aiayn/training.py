@@ -39,33 +39,26 @@ from .data import load_corpus
 from .metrics import Accuracy, ChrF, SacreBleu, perplexity
 from .tokenization import config_token_fields, train_tokenizer
 
-TASK_FAMILY = {
-    "causal-lm": "decoder",
-    "masked-lm": "encoder",
-    "translation": "seq2seq",
-    "span-corruption": "seq2seq",
-    "classification": None,  # the family of the preset or the loaded model
-}
-TASK_AUTO_CLASS = {
-    "causal-lm": transformers.AutoModelForCausalLM,
-    "masked-lm": transformers.AutoModelForMaskedLM,
-    "translation": transformers.AutoModelForSeq2SeqLM,
-    "span-corruption": transformers.AutoModelForSeq2SeqLM,
-    "classification": transformers.AutoModelForSequenceClassification,
-}
-DEFAULT_DATASET = {
-    "causal-lm": "shakespeare",
-    "masked-lm": "shakespeare",
-    "translation": "bible-en-de",
-    "span-corruption": "bible-en-de",
-    "classification": "shakespeare",
-}
-PIPELINE_TASK = {
-    "causal-lm": "text-generation",
-    "masked-lm": "fill-mask",
-    "translation": "translation",
-    "span-corruption": "text2text-generation",
-    "classification": "text-classification",
+
+@dataclass(frozen=True)
+class Task:
+    """What a training task trains and with what: the family (None: the preset's or the loaded model's), the Auto
+    class of its head, the bundled corpus it uses by default, and the pipeline task its saved folder serves."""
+
+    family: str | None
+    auto_class: type
+    dataset: str
+    pipeline_task: str
+
+
+TASKS = {
+    "causal-lm": Task("decoder", transformers.AutoModelForCausalLM, "shakespeare", "text-generation"),
+    "masked-lm": Task("encoder", transformers.AutoModelForMaskedLM, "shakespeare", "fill-mask"),
+    "translation": Task("seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "translation"),
+    "span-corruption": Task("seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "text2text-generation"),
+    "classification": Task(
+        None, transformers.AutoModelForSequenceClassification, "shakespeare", "text-classification"
+    ),
 }
 PAPER_WARMUP_STEPS = 4000
 
@@ -168,13 +161,13 @@ def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: data
     """The tokenizer (saved, the model's, or trained on the training split) and the model (loaded, or built from the
     preset with the tokenizer's vocabulary and special tokens, the overrides and `fields`)."""
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
-    auto_class = TASK_AUTO_CLASS[task]
+    auto_class = TASKS[task].auto_class
     kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
     if model_args.model_name_or_path is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
         model = auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs)
         return model, tokenizer
-    family = TASK_FAMILY[task] or preset_config(model_args.preset).model_type.removeprefix("aiayn_")
+    family = TASKS[task].family or preset_config(model_args.preset).model_type.removeprefix("aiayn_")
     if tokenizer_source is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     else:
@@ -241,7 +234,7 @@ def _classification_accuracy(eval_prediction) -> dict:
 def build_trainer(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> Trainer:
     """Everything up to `trainer.train()`: data, tokenizer, model, preprocessing, collator, metrics, trainer."""
     transformers.set_seed(training_args.seed)
-    corpus = load_corpus(data_args.dataset_name or DEFAULT_DATASET[task], data_args.dataset_config_name)
+    corpus = load_corpus(data_args.dataset_name or TASKS[task].dataset, data_args.dataset_config_name)
     corpus = datasets.DatasetDict(
         train=_select(corpus["train"], data_args.max_train_samples),
         validation=_select(corpus["validation"], data_args.max_eval_samples),
@@ -362,8 +355,8 @@ def run(task: str, model_args: ModelArguments, data_args: DataArguments, trainin
     if training_args.do_eval:
         metrics.update(evaluate(trainer))
     if training_args.do_train:
-        dataset = data_args.dataset_name or DEFAULT_DATASET[task]
-        card = {"task": PIPELINE_TASK[task], "datasets": [dataset], "metrics": metrics}
+        dataset = data_args.dataset_name or TASKS[task].dataset
+        card = {"task": TASKS[task].pipeline_task, "datasets": [dataset], "metrics": metrics}
         save_model_folder(trainer, training_args.output_dir, **card)
         trainer.save_state()
     if trainer.is_world_process_zero():
@@ -374,8 +367,8 @@ def run(task: str, model_args: ModelArguments, data_args: DataArguments, trainin
 def main(task: str, argv: list[str] | None = None) -> dict:
     """Command-line entry point of a task: parses `ModelArguments`, `DataArguments` and `Seq2SeqTrainingArguments`
     (transformers' training flags) and runs it."""
-    if task not in TASK_AUTO_CLASS:
-        raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASK_AUTO_CLASS)}.")
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASKS)}.")
     parser = transformers.HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
     if argv is not None and len(argv) == 1 and argv[0].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(os.path.abspath(argv[0]))
