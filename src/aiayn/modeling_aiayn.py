@@ -509,12 +509,16 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
 
 
 class AiaynGenerationMixin(GenerationMixin):
-    """`GenerationMixin` whose `generate()` first lays the weights out for single-row products on CPUs
-    (`cpu_linear.lay_out_for_decoding`): decoding reads every weight matrix once per step."""
+    """`GenerationMixin` whose `generate()` first lays the weights that every decoding step reads out for
+    single-row products on CPUs (`cpu_linear.lay_out_for_decoding`)."""
 
     def generate(self, *args, **kwargs):
-        lay_out_for_decoding(self)
+        lay_out_for_decoding(self.decoding_step_modules())
         return super().generate(*args, **kwargs)
+
+    def decoding_step_modules(self) -> nn.Module:
+        """The modules each decoding step runs (a seq2seq model's encoder runs once per call, over many rows)."""
+        return self
 
 
 def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:

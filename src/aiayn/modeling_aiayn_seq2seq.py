@@ -240,6 +240,9 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynGen
         self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
+    def decoding_step_modules(self) -> nn.Module:
+        return nn.ModuleList([self.model.decoder, self.lm_head])
+
     def generate(
         self,
         inputs: torch.Tensor | None = None,
