@@ -5,6 +5,8 @@ Importing the package registers every config and model class with transformers' 
 built-in ones, and marks them for `save_pretrained` to copy their code next to the weights.
 """
 
+import sys
+
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
@@ -18,6 +20,7 @@ from .configuration_aiayn import (
     AiaynSeq2SeqConfig,
     preset_config,
 )
+from .families import FAMILIES
 from .modeling_aiayn import AiaynPreTrainedModel
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
@@ -28,7 +31,8 @@ from .policy_aiayn import IndexOutOfRangeError
 __version__ = "0.1.0"
 
 
-def _register_family(module, pretrained_class: type[AiaynPreTrainedModel]) -> None:
+def _register_family(pretrained_class: type[AiaynPreTrainedModel]) -> None:
+    module = sys.modules[pretrained_class.__module__]
     config_class = pretrained_class.config_class
     transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     config_class.register_for_auto_class()
@@ -50,9 +54,8 @@ def _register_text2text_pipeline() -> None:
         )
 
 
-_register_family(modeling_aiayn_encoder, modeling_aiayn_encoder.AiaynEncoderPreTrainedModel)
-_register_family(modeling_aiayn_decoder, modeling_aiayn_decoder.AiaynDecoderPreTrainedModel)
-_register_family(modeling_aiayn_seq2seq, modeling_aiayn_seq2seq.AiaynSeq2SeqPreTrainedModel)
+for _family_class in FAMILIES.values():
+    _register_family(_family_class)
 _register_text2text_pipeline()
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
     "AiaynPreTrainedModel",
+    "FAMILIES",
     "IndexOutOfRangeError",
     "AiaynText2TextGenerationPipeline",
     "PRESETS",

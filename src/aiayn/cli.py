@@ -6,18 +6,14 @@ import torch
 import transformers
 
 from .configuration_aiayn import PRESETS, preset_config
-
-LM_AUTO_CLASSES = {
-    "aiayn_encoder": transformers.AutoModelForMaskedLM,
-    "aiayn_decoder": transformers.AutoModelForCausalLM,
-    "aiayn_seq2seq": transformers.AutoModelForSeq2SeqLM,
-}
+from .families import FAMILIES, family_of
 
 
 def count_parameters(config) -> int:
     """Parameters of the family's language-model head for `config`, counted without allocating them."""
     with torch.device("meta"):
-        model = LM_AUTO_CLASSES[config.model_type].from_config(config)
+        auto_class = getattr(transformers, FAMILIES[family_of(config.model_type)].language_model_auto_class)
+        model = auto_class.from_config(config)
     return sum(p.numel() for p in model.parameters())
 
 

@@ -15,12 +15,8 @@ import transformers
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .configuration_aiayn import AiaynConfig
+from .families import FAMILIES, family_of
 
-FAMILY_WORDS = {
-    "aiayn_encoder": ("encoder", "BERT-style encoder-only Transformer"),
-    "aiayn_decoder": ("decoder", "GPT-style decoder-only Transformer"),
-    "aiayn_seq2seq": ("seq2seq", "T5-style encoder-decoder Transformer"),
-}
 # Head class suffix -> (pipeline task, Auto class).
 HEADS = {
     "ForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
@@ -65,7 +61,8 @@ def head_of(model: transformers.PreTrainedModel) -> tuple[str, str]:
 
 def describe_architecture(config: AiaynConfig, parameters: int) -> str:
     """The architecture in words: family, sizes, positions, residual placement, norms, activation, sharing."""
-    family, words = FAMILY_WORDS[config.model_type]
+    family = family_of(config.model_type)
+    words = FAMILIES[family].description
     layers = f"{config.num_layers} layers"
     if family == "seq2seq":
         layers = f"{config.num_layers} encoder and {config.num_decoder_layers} decoder layers"
@@ -116,7 +113,8 @@ def model_card(
     `training_arguments` the Trainer's arguments as a dict.
     """
     config = model.config
-    family, words = FAMILY_WORDS[config.model_type]
+    family = family_of(config.model_type)
+    words = FAMILIES[family].description
     default_task, auto_class = head_of(model)
     task = task or default_task
     parameters = sum(p.numel() for p in model.parameters())

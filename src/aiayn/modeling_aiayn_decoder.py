@@ -31,6 +31,8 @@ from .policy_aiayn import check_labels_shape
 
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynDecoderConfig
+    description = "GPT-style decoder-only Transformer"
+    language_model_auto_class = "AutoModelForCausalLM"
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynDecoderModel",

@@ -32,6 +32,8 @@ from .policy_aiayn import check_labels_shape
 
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynEncoderConfig
+    description = "BERT-style encoder-only Transformer"
+    language_model_auto_class = "AutoModelForMaskedLM"
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynEncoderModel",

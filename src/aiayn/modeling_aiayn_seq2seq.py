@@ -65,6 +65,8 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
 
 class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynSeq2SeqConfig
+    description = "T5-style encoder-decoder Transformer"
+    language_model_auto_class = "AutoModelForSeq2SeqLM"
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynSeq2SeqModel",

@@ -16,8 +16,6 @@ TEXT2TEXT_TASKS = {
     "translation": "translation_text",
     "summarization": "summary_text",
 }
-# Generation settings that aiayn's seq2seq generate() reads besides GenerationConfig's own fields.
-CUSTOM_GENERATION_PARAMETERS = ("max_len_a", "max_len_b")
 
 
 class AiaynText2TextGenerationPipeline(Pipeline):
@@ -46,7 +44,9 @@ class AiaynText2TextGenerationPipeline(Pipeline):
         return self.tokenizer(text, return_tensors="pt", truncation=truncation)
 
     def _forward(self, model_inputs: dict, **generate_kwargs) -> dict:
-        custom = {name: generate_kwargs.pop(name) for name in CUSTOM_GENERATION_PARAMETERS if name in generate_kwargs}
+        # Settings the model's generate() reads besides GenerationConfig's own fields (aiayn seq2seq: max_len_a, ...)
+        custom_fields = getattr(self.model.config, "custom_generation_fields", ())
+        custom = {name: generate_kwargs.pop(name) for name in custom_fields if name in generate_kwargs}
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         output_ids = self.model.generate(**model_inputs, **generate_kwargs, **custom)
         batch_size = model_inputs["input_ids"].shape[0]

@@ -1,0 +1,17 @@
+"""The three families in one table: family name -> the family's `PreTrainedModel` class, which holds its config
+class, every Auto class it serves (`auto_classes`), the Auto class of its language model and its description."""
+
+from .modeling_aiayn_decoder import AiaynDecoderPreTrainedModel
+from .modeling_aiayn_encoder import AiaynEncoderPreTrainedModel
+from .modeling_aiayn_seq2seq import AiaynSeq2SeqPreTrainedModel
+
+FAMILIES = {
+    "encoder": AiaynEncoderPreTrainedModel,
+    "decoder": AiaynDecoderPreTrainedModel,
+    "seq2seq": AiaynSeq2SeqPreTrainedModel,
+}
+
+
+def family_of(model_type: str) -> str:
+    """`"aiayn_decoder"` -> `"decoder"`."""
+    return model_type.removeprefix("aiayn_")
