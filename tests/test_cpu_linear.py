@@ -131,7 +131,7 @@ def test_decoding_in_the_transposed_layout_gives_the_same_tokens(layout, family,
     its gradients flow; a checkpoint saved after decoding loads the same values."""
     layout("standard")
     model = lm_model(family)
-    ids, mask = prompt_batch(family)
+    ids, mask = (tensor[2:] for tensor in prompt_batch(family))  # one sequence: one row per step
     arguments = {"attention_mask": mask, "max_new_tokens": 6, "output_scores": True, "return_dict_in_generate": True}
     with torch.inference_mode():
         expected = model.generate(ids, **arguments)
@@ -170,7 +170,7 @@ def test_decoding_layouts_are_measured_once_per_shape(layout, monkeypatch):
     timings = []
     monkeypatch.setattr(cpu_linear, "_time_layouts", lambda *shape: timings.append(shape) or len(timings) % 2 == 1)
     model = lm_model("decoder")
-    ids, mask = prompt_batch("decoder")
+    ids, mask = (tensor[:1] for tensor in prompt_batch("decoder"))
     for _ in range(2):
         model.generate(ids, attention_mask=mask, max_new_tokens=2)
     shapes = {tuple(weight.shape) for weight in linear_weights(model).values()}
@@ -181,6 +181,18 @@ def test_decoding_layouts_are_measured_once_per_shape(layout, monkeypatch):
         assert cpu_linear.is_transposed(weight) == (timings.index(tuple(weight.shape)) % 2 == 0), name
 
 
+@pytest.mark.parametrize("family", ["decoder", "seq2seq"])
+@pytest.mark.parametrize("arguments", [{}, {"num_beams": 2}, {"num_return_sequences": 2, "do_sample": True}])
+def test_decoding_of_several_rows_per_step_keeps_the_layout(layout, family, arguments):
+    """The layout is measured for one row: a batch, beams or several returned sequences leave it as it is."""
+    layout("transposed")
+    model = lm_model(family)
+    ids, mask = prompt_batch(family)
+    rows = 1 if arguments else 3
+    model.generate(ids[:rows], attention_mask=mask[:rows], max_new_tokens=2, **arguments)
+    assert all(weight.is_contiguous() for weight in linear_weights(model).values())
+
+
 def test_a_measured_layout_is_a_real_timing(monkeypatch):
     monkeypatch.setattr(cpu_linear, "LAYOUT_TIMING_BYTES", 2**20)
     assert isinstance(cpu_linear._time_layouts(512, 128), bool)
@@ -189,7 +201,7 @@ def test_a_measured_layout_is_a_real_timing(monkeypatch):
 def test_only_float32_cpu_weights_are_laid_out(layout):
     layout("transposed")
     model = lm_model("decoder").to(torch.bfloat16)
-    ids, mask = prompt_batch("decoder")
+    ids, mask = (tensor[:1] for tensor in prompt_batch("decoder"))
     model.generate(ids, attention_mask=mask, max_new_tokens=2)
     assert all(weight.is_contiguous() for weight in linear_weights(model).values())
 

@@ -509,12 +509,19 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
 
 
 class AiaynGenerationMixin(GenerationMixin):
-    """`GenerationMixin` whose `generate()` first lays the weights that every decoding step reads out for
-    single-row products on CPUs (`cpu_linear.lay_out_for_decoding`)."""
+    """`GenerationMixin` whose `generate()`, when each decoding step multiplies a single row (one sequence, no
+    beams), first lays the weights that every step reads out for single-row products on CPUs
+    (`cpu_linear.lay_out_for_decoding`, which measures the layouts for one row)."""
 
-    def generate(self, *args, **kwargs):
-        lay_out_for_decoding(self.decoding_step_modules())
-        return super().generate(*args, **kwargs)
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, *args, **kwargs):
+        config = generation_config if generation_config is not None else self.generation_config
+        sequences = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+        rows = sequences.shape[0] if sequences is not None else 1
+        for copies in ("num_beams", "num_return_sequences"):  # None: one
+            rows *= kwargs.get(copies, getattr(config, copies)) or 1
+        if rows == 1:
+            lay_out_for_decoding(self.decoding_step_modules())
+        return super().generate(inputs, generation_config, *args, **kwargs)
 
     def decoding_step_modules(self) -> nn.Module:
         """The modules each decoding step runs (a seq2seq model's encoder runs once per call, over many rows)."""
