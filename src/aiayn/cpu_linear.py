@@ -18,12 +18,13 @@ Decoding multiplies one row by each weight matrix per step, reading every weight
 streams a matrix depends on how it lies there: on an AMD EPYC Zen 1, MKL reads a (out, in) matrix with out > in 30-50%
 slower than the same matrix stored transposed, (in, out), the way GPT-2's `Conv1D` keeps it, and faster when out < in.
 So `generate()` of one sequence without beams first calls `lay_out_for_decoding` on the modules every decoding step
-runs (a seq2seq model's decoder and head): for each float32 CPU weight of a linear layer (output heads included) it times a single-row product in
-both layouts, once per shape per process, with weights cycled from memory, and stores the matrix transposed where
-that is at least 5% faster. A weight stored transposed multiplies through `nn.Linear` (oneDNN would reorder it at
-every call). The parameter keeps its shape, its object (ties and optimizers hold on) and its values; only its
-strides change. `model.train()` restores the standard layout (`restore_standard_layout`), and saved checkpoints are
-always contiguous. `CPU_DECODING_LAYOUT` overrides the choice: `"auto"` (the default), `"standard"` or `"transposed"`.
+runs (a seq2seq model's decoder and head): for each float32 CPU weight of a linear layer (output heads included) it
+times a single-row product in both layouts, once per shape per process, with weights cycled from memory, and stores
+the matrix transposed where that is at least 5% faster. A weight stored transposed multiplies through `nn.Linear`
+(oneDNN would reorder it at every call). The parameter keeps its shape, its object (ties and optimizers hold on) and
+its values; only its strides change. `model.train()` restores the standard layout (`restore_standard_layout`), and
+saved checkpoints are always contiguous. `CPU_DECODING_LAYOUT` overrides the choice: `"auto"` (the default),
+`"standard"` or `"transposed"`.
 """
 
 import time
