@@ -217,7 +217,7 @@ def _transposed_layout_is_faster(weight: torch.Tensor) -> bool:
 
 def is_transposed(weight: torch.Tensor) -> bool:
     """Whether a matrix lies in memory transposed: (out, in) with the strides of an (in, out) contiguous tensor."""
-    return weight.dim() == 2 and weight.shape[0] > 1 and weight.t().is_contiguous() and not weight.is_contiguous()
+    return not weight.is_contiguous() and weight.dim() == 2 and weight.shape[0] > 1 and weight.t().is_contiguous()
 
 
 def _set_layout(weight: nn.Parameter, transposed: bool):
@@ -236,9 +236,12 @@ def lay_out_for_decoding(model: nn.Module):
 
 
 def restore_standard_layout(model: nn.Module):
-    """Stores every weight matrix `lay_out_for_decoding` transposed as a contiguous (out, in) tensor again."""
-    for weight in _decoding_weights(model):
-        _set_layout(weight, transposed=False)
+    """Stores every linear layer's weight matrix that lies transposed (as `lay_out_for_decoding` leaves them) as a
+    contiguous (out, in) tensor again. A contiguity check per layer when there is none: `model.train()` calls it, and
+    the Trainer calls that at every step."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and is_transposed(module.weight):
+            _set_layout(module.weight, transposed=False)
 
 
 def cpu_decoding_layouts() -> dict[str, str]:
