@@ -7,7 +7,9 @@ that loads through the Auto classes, with aiayn installed or with `trust_remote_
 Every projection maps onto the shared blocks: BERT is a post-LN encoder with learned positions, token types and an
 embedding norm; GPT-2 a pre-LN decoder with learned positions and the tanh GELU; T5 a pre-RMSNorm encoder-decoder
 with the relative position bias, unscaled attention and no biases; BART a post-LN encoder-decoder with learned
-positions (its table is offset by two rows) and embedding norms.
+positions (its table is offset by two rows) and embedding norms. The BERT, GPT-2 and T5 configs start from the presets
+of the same names (`bert-base`, `gpt2-small`, `t5-small`), which hold those choices once, and take sizes, norms'
+epsilon, activation, dropout and special tokens from the source.
 """
 
 import json
@@ -17,7 +19,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
-from .configuration_aiayn import AiaynConfig, AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig
+from .configuration_aiayn import AiaynConfig, AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig, preset_config
 from .modeling_aiayn import AiaynPreTrainedModel
 
 StateDict = dict[str, torch.Tensor]
@@ -58,7 +60,8 @@ def _bert_config(config: transformers.BertConfig, lm_head_is_tied: bool) -> Aiay
         raise ValueError(f"BERT with position_embedding_type={config.position_embedding_type!r} is not supported.")
     if config.is_decoder or getattr(config, "add_cross_attention", False):
         raise ValueError("Only BERT encoders convert; this BERT is configured as a decoder.")
-    return AiaynEncoderConfig(
+    return preset_config(
+        "bert-base",
         vocab_size=config.vocab_size,
         d_model=config.hidden_size,
         num_heads=config.num_attention_heads,
@@ -66,16 +69,11 @@ def _bert_config(config: transformers.BertConfig, lm_head_is_tied: bool) -> Aiay
         num_layers=config.num_hidden_layers,
         max_position_embeddings=config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
-        position_embedding_type="learned",
-        norm_first=False,
         layer_norm_eps=config.layer_norm_eps,
         hidden_act=config.hidden_act,
-        scale_embedding=False,
-        embedding_norm=True,
         tie_word_embeddings=lm_head_is_tied,
         dropout=config.hidden_dropout_prob,
         attention_dropout=config.attention_probs_dropout_prob,
-        activation_dropout=0.0,
         classifier_dropout=config.classifier_dropout,
         pad_token_id=config.pad_token_id,
         bos_token_id=config.bos_token_id,
@@ -129,7 +127,8 @@ def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> Aiay
         raise ValueError("GPT-2 with scale_attn_by_inverse_layer_idx=True is not supported.")
     if config.add_cross_attention:
         raise ValueError("GPT-2 with cross-attention is not supported.")
-    return AiaynDecoderConfig(
+    return preset_config(
+        "gpt2-small",
         vocab_size=config.vocab_size,
         d_model=config.n_embd,
         num_heads=config.n_head,
@@ -137,15 +136,11 @@ def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> Aiay
         num_layers=config.n_layer,
         max_position_embeddings=config.n_positions,
         scale_attention=config.scale_attn_weights,
-        position_embedding_type="learned",
-        norm_first=True,
         layer_norm_eps=config.layer_norm_epsilon,
         hidden_act=config.activation_function,
-        scale_embedding=False,
         tie_word_embeddings=lm_head_is_tied,
         dropout=config.resid_pdrop,
         attention_dropout=config.attn_pdrop,
-        activation_dropout=0.0,
         classifier_dropout=config.summary_first_dropout,
         pad_token_id=config.pad_token_id,
         bos_token_id=config.bos_token_id,
@@ -181,7 +176,8 @@ def _lm_head(state: StateDict) -> StateDict:
 
 def _t5_config(config: transformers.T5Config, lm_head_is_tied: bool) -> AiaynSeq2SeqConfig:
     activation, gated = config.dense_act_fn, config.is_gated_act
-    return AiaynSeq2SeqConfig(
+    return preset_config(
+        "t5-small",
         vocab_size=config.vocab_size,
         d_model=config.d_model,
         num_heads=config.num_heads,
@@ -189,16 +185,10 @@ def _t5_config(config: transformers.T5Config, lm_head_is_tied: bool) -> AiaynSeq
         d_ff=config.d_ff,
         num_layers=config.num_layers,
         num_decoder_layers=config.num_decoder_layers,
-        scale_attention=False,
-        position_embedding_type="relative",
         relative_attention_num_buckets=config.relative_attention_num_buckets,
         relative_attention_max_distance=config.relative_attention_max_distance,
-        norm_first=True,
-        norm_type="rmsnorm",
         layer_norm_eps=config.layer_norm_epsilon,
         hidden_act=f"gated-{activation}" if gated else activation,
-        use_bias=False,
-        scale_embedding=False,
         tie_word_embeddings=lm_head_is_tied,
         scale_decoder_outputs=config.scale_decoder_outputs,
         dropout=config.dropout_rate,

@@ -16,15 +16,17 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
+from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
+    MultipleChoiceModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
@@ -33,7 +35,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
 from .cpu_linear import AiaynLinear, lay_out_for_decoding, restore_standard_layout
-from .losses_aiayn import sequence_classification_loss
+from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
 from .policy_aiayn import (
     AiaynLoadingPolicy,
     IndexOutOfRangeError,
@@ -975,3 +977,84 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
             end_logits=end_logits.contiguous(),
             **carried_fields(outputs, self.output_class),
         )
+
+
+class AiaynForMultipleChoice(AiaynHeadModel):
+    """Scores each of `num_choices` candidate sequences from the features that stand for it (BERT on SWAG)."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__(config)
+        self.model = self.build_body(config, pooled=True)
+        self.classifier = AiaynClassificationHead(config, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            One sequence per choice; the other inputs have the same leading dimensions.
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Index of the correct choice.
+        """
+        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        one_sequence_per_row = [tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs]
+        outputs, ids, mask = self.read(*one_sequence_per_row, **kwargs)
+        logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, (len(logits),), "one choice index per example")
+            loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs)
+        carried = carried_fields(outputs, MultipleChoiceModelOutput)
+        return MultipleChoiceModelOutput(loss=loss, logits=logits, **carried)
+
+
+class AiaynLanguageModel(AiaynPreTrainedModel):
+    """A head that scores every vocabulary token at every position: the masked LM, the causal LM and the seq2seq LM
+    (the paper's "learned linear transformation and softmax", section 3.4). They differ in what the projection to
+    the vocabulary reads (`token_features`), where the projection is (`get_output_embeddings`), which label each
+    position is scored on (`predicts_next_token`) and the loss transformers names for them (`loss_function`)."""
+
+    labels_meaning = "one label per token"  # the shape `labels` must have, in the words of the error that says so
+    predicts_next_token = False  # whether position i is scored on label i + 1 (the causal LM)
+
+    def token_features(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The states the projection reads: the final states, scaled by d_model^-0.5 under `scale_decoder_outputs`
+        (T5's tied output projection)."""
+        return hidden_states * self.config.d_model**-0.5 if self.config.scale_decoder_outputs else hidden_states
+
+    def predict_tokens(
+        self,
+        hidden_states: torch.Tensor,
+        labels: torch.LongTensor | None,
+        skip_logits: bool | None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """`(logits, loss)` over the base model's final `hidden_states`. Without logits (`skips_logits`) the loss is
+        `token_prediction_loss`, the same value and gradients as transformers' loss over the logits."""
+        projection = self.get_output_embeddings()
+        if labels is not None:
+            check_labels_shape(labels, tuple(hidden_states.shape[:2]), self.labels_meaning)
+        if skips_logits(skip_logits, labels, self.training):
+            if self.predicts_next_token:
+                shift_labels = kwargs.pop("shift_labels", None)
+                if shift_labels is None:  # as transformers' ForCausalLMLoss: position i is scored on label i + 1
+                    shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+                labels = shift_labels
+            return None, token_prediction_loss(hidden_states, labels, projection, self.token_features, **kwargs)
+        # Sliced before the features: a prefill computes one row.
+        logits = projection(self.token_features(slice_logits_to_keep(hidden_states, logits_to_keep)))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return logits, loss

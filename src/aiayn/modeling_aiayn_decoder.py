@@ -8,25 +8,23 @@ from transformers.modeling_outputs import (
     CausalLMOutputWithPast,
     SequenceClassifierOutputWithPast,
 )
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
 from .cpu_linear import AiaynLinear
-from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
     AiaynForTokenClassification,
     AiaynGenerationMixin,
+    AiaynLanguageModel,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     carried_fields,
 )
-from .policy_aiayn import check_labels_shape
 
 
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
@@ -90,17 +88,14 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
             use_cache=use_cache,
             **kwargs,
         )
-        return BaseModelOutputWithPast(
-            last_hidden_state=outputs.last_hidden_state,
-            cache=outputs.cache,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        return BaseModelOutputWithPast(**carried_fields(outputs, BaseModelOutputWithPast))
 
 
-class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynGenerationMixin):
+class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
     """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4)."""
 
+    labels_meaning = "one label per input token"
+    predicts_next_token = True
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embeddings.embed_tokens.weight"}
 
     def __init__(self, config: AiaynDecoderConfig):
@@ -144,21 +139,9 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynGenerationMixin)
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states, logits, loss = outputs.last_hidden_state, None, None
-        scale = self.config.d_model**-0.5 if self.config.scale_decoder_outputs else None
-        if labels is not None:
-            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per input token")
-        if skips_logits(skip_logits, labels, self.training):
-            shift_labels = kwargs.pop("shift_labels", None)
-            if shift_labels is None:  # as transformers' ForCausalLMLoss: position i is scored on label i + 1
-                shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
-            hidden_states = hidden_states if scale is None else hidden_states * scale
-            loss = token_prediction_loss(hidden_states, shift_labels, self.lm_head, **kwargs)
-        else:
-            kept = slice_logits_to_keep(hidden_states, logits_to_keep)  # scaled after slicing: one row per prefill
-            logits = self.lm_head(kept if scale is None else kept * scale)
-            if labels is not None:
-                loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        logits, loss = self.predict_tokens(
+            outputs.last_hidden_state, labels, skip_logits, logits_to_keep=logits_to_keep, **kwargs
+        )
         return CausalLMOutputWithPast(loss=loss, logits=logits, **carried_fields(outputs, CausalLMOutputWithPast))
 
 

@@ -3,31 +3,24 @@
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.loss.loss_utils import fixed_cross_entropy
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPoolingAndCrossAttentions,
-    MaskedLMOutput,
-    MultipleChoiceModelOutput,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPoolingAndCrossAttentions, MaskedLMOutput
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
 from .cpu_linear import AiaynLinear
-from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
-    AiaynClassificationHead,
+    AiaynForMultipleChoice,
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
     AiaynForTokenClassification,
-    AiaynHeadModel,
+    AiaynLanguageModel,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     build_norm,
     carried_fields,
 )
-from .policy_aiayn import check_labels_shape
 
 
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
@@ -98,12 +91,9 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        return BaseModelOutputWithPoolingAndCrossAttentions(
-            last_hidden_state=outputs.last_hidden_state,
-            pooler_output=self.pooler(outputs.last_hidden_state) if self.pooler is not None else None,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        pooled = self.pooler(outputs.last_hidden_state) if self.pooler is not None else None
+        carried = carried_fields(outputs, BaseModelOutputWithPoolingAndCrossAttentions)
+        return BaseModelOutputWithPoolingAndCrossAttentions(pooler_output=pooled, **carried)
 
 
 class AiaynEncoderMaskedLMHead(nn.Module):
@@ -125,7 +115,9 @@ class AiaynEncoderMaskedLMHead(nn.Module):
         return self.decoder(self.features(hidden_states))
 
 
-class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
+class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
+    """BERT's masked language model: the original token at each masked position."""
+
     _tied_weights_keys = {"lm_head.decoder.weight": "model.encoder.embeddings.embed_tokens.weight"}
     _keys_to_ignore_on_load_unexpected = [r"pooler"]
 
@@ -140,6 +132,9 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
 
     def set_output_embeddings(self, new_embeddings: nn.Linear):
         self.lm_head.decoder = new_embeddings
+
+    def token_features(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.lm_head.features(hidden_states)
 
     @can_return_tuple
     def forward(
@@ -168,15 +163,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
-        hidden_states, logits, loss = outputs.last_hidden_state, None, None
-        if labels is not None:
-            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per token")
-        if skips_logits(skip_logits, labels, self.training):
-            loss = token_prediction_loss(hidden_states, labels, self.lm_head.decoder, self.lm_head.features, **kwargs)
-        else:
-            logits = self.lm_head(hidden_states)
-            if labels is not None:
-                loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        logits, loss = self.predict_tokens(outputs.last_hidden_state, labels, skip_logits, **kwargs)
         return MaskedLMOutput(loss=loss, logits=logits, **carried_fields(outputs, MaskedLMOutput))
 
 
@@ -192,43 +179,8 @@ class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel, AiaynForQues
     """Extractive question answering: start and end scores for every token (BERT on SQuAD)."""
 
 
-class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel, AiaynHeadModel):
+class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel, AiaynForMultipleChoice):
     """Scores each of `num_choices` candidate sequences from its pooled first token (BERT on SWAG)."""
-
-    def __init__(self, config: AiaynEncoderConfig):
-        super().__init__(config)
-        self.model = self.build_body(config, pooled=True)
-        self.classifier = AiaynClassificationHead(config, 1)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> MultipleChoiceModelOutput:
-        r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
-            One sequence per choice; the other inputs have the same leading dimensions.
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Index of the correct choice.
-        """
-        num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        one_sequence_per_row = [tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs]
-        outputs, ids, mask = self.read(*one_sequence_per_row, **kwargs)
-        logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
-        loss = None
-        if labels is not None:
-            check_labels_shape(labels, (len(logits),), "one choice index per example")
-            loss = fixed_cross_entropy(logits, labels.to(logits.device), **kwargs)
-        carried = carried_fields(outputs, MultipleChoiceModelOutput)
-        return MultipleChoiceModelOutput(loss=loss, logits=logits, **carried)
 
 
 __all__ = [

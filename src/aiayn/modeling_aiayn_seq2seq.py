@@ -4,7 +4,6 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationConfig, LogitsProcessor, LogitsProcessorList
-from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import (
     BaseModelOutput,
     Seq2SeqLMOutput,
@@ -18,17 +17,16 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
 from .cpu_linear import AiaynLinear
-from .losses_aiayn import skips_logits, token_prediction_loss
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
     AiaynGenerationMixin,
+    AiaynLanguageModel,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
     carried_fields,
 )
-from .policy_aiayn import check_labels_shape
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -231,15 +229,17 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
         )
 
 
-class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynGenerationMixin):
+class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
     """Translation and other text-to-text tasks: the next target token given the source and the target prefix."""
 
+    labels_meaning = "one label per decoder input token"
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
 
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
         self.model = AiaynSeq2SeqModel(config)
         self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
+        self.loss_type = "ForMaskedLM"  # the labels are aligned with the decoder's positions already: no shift
         self.post_init()
 
     def decoding_step_modules(self) -> nn.Module:
@@ -323,17 +323,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynGen
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states, logits, loss = outputs.last_hidden_state, None, None
-        if self.config.scale_decoder_outputs:
-            hidden_states = hidden_states * self.config.d_model**-0.5
-        if labels is not None:
-            check_labels_shape(labels, tuple(hidden_states.shape[:2]), "one label per decoder input token")
-        if skips_logits(skip_logits, labels, self.training):
-            loss = token_prediction_loss(hidden_states, labels, self.lm_head, **kwargs)
-        else:
-            logits = self.lm_head(hidden_states)
-            if labels is not None:
-                loss = ForMaskedLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        logits, loss = self.predict_tokens(outputs.last_hidden_state, labels, skip_logits, **kwargs)
         return Seq2SeqLMOutput(loss=loss, logits=logits, **carried_fields(outputs, Seq2SeqLMOutput))
 
 
@@ -381,11 +371,7 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqPreTrainedModel):
         outputs = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
         )
-        return BaseModelOutput(
-            last_hidden_state=outputs.last_hidden_state,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
+        return BaseModelOutput(**carried_fields(outputs, BaseModelOutput))
 
 
 __all__ = [
