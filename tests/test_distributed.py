@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import transformers
 from conftest import word_tokenizer
@@ -17,11 +18,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_DROPOUT = "dropout=0.0,attention_dropout=0.0,activation_dropout=0.0,classifier_dropout=0.0"
 
 
-def test_two_processes_take_the_single_process_step(tmp_path):
+# Two CPU processes under each launcher. accelerate's `--cpu` starts one process (its multi-CPU launch needs MPI);
+# `--multi_gpu` starts torch's launcher, and `--use_cpu` makes the processes talk through gloo.
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_two_processes_take_the_single_process_step(tmp_path, launcher):
     """9 examples: one held out, 8 trained on in one step of a global batch of 8, as 1 x 8 or as 2 processes x 4
-    (torchrun, gloo). The processes average their gradients, so loss and weights must agree. Plain SGD keeps the
-    step linear in the gradient (Adam's first step is about lr * sign(g), which float rounding can flip for g ~ 0);
-    logging at the step makes the Trainer report the loss gathered over the processes."""
+    (torchrun or accelerate launch, gloo). The processes average their gradients, so loss and weights must agree.
+    Plain SGD keeps the step linear in the gradient (Adam's first step is about lr * sign(g), which float rounding can
+    flip for g ~ 0); logging at the step makes the Trainer report the loss gathered over the processes."""
     texts = ["w5 w6 w7", "w8 w9", "w10 w11 w12 w13 w14", "w15", "w16 w17 w18", "w19 w20 w21 w22", "w23 w24",
              "w25 w26 w27 w28 w29 w30", "w31 w32"]  # fmt: skip
     dataset = tmp_path / "rows.jsonl"
@@ -38,8 +49,7 @@ def test_two_processes_take_the_single_process_step(tmp_path):
     single, double = tmp_path / "single", tmp_path / "double"
     runs = [
         [sys.executable, script, "--output_dir", str(single), "--per_device_train_batch_size", "8", *arguments],
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", script,
-         "--output_dir", str(double), "--per_device_train_batch_size", "4", *arguments],
+        [*LAUNCHERS[launcher], script, "--output_dir", str(double), "--per_device_train_batch_size", "4", *arguments],
     ]  # fmt: skip
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     for command in runs:

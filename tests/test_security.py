@@ -97,6 +97,7 @@ def test_a_hub_folder_holds_no_pickle_and_only_code_that_needs_nothing_but_torch
         "policy_aiayn.py",
         "losses_aiayn.py",
         "cpu_linear.py",
+        "tensor_parallel_aiayn.py",
         f"modeling_aiayn_{family}.py",
     }
     assert set(code) == expected | ({"pipeline_aiayn.py"} if family == "seq2seq" else set())

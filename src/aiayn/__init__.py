@@ -5,6 +5,7 @@ Importing the package registers every config and model class with transformers' 
 built-in ones, and marks them for `save_pretrained` to copy their code next to the weights.
 """
 
+import importlib.util
 import sys
 
 import transformers
@@ -54,9 +55,23 @@ def _register_text2text_pipeline() -> None:
         )
 
 
+def _register_peft_targets() -> None:
+    """With PEFT installed, `LoraConfig()` without `target_modules` adapts each family's attention input projections:
+    the fused `qkv_proj` (as PEFT's default adapts GPT-2's fused `c_attn`) and, in seq2seq decoders, the
+    encoder-decoder attention's `q_proj` and `kv_proj` (as T5's default adapts `q` and `v` of both attentions)."""
+    if importlib.util.find_spec("peft") is None:
+        return
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    for family_class in FAMILIES.values():
+        model_type = family_class.config_class.model_type
+        TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, family_class.lora_target_modules)
+
+
 for _family_class in FAMILIES.values():
     _register_family(_family_class)
 _register_text2text_pipeline()
+_register_peft_targets()
 
 __all__ = [
     "AiaynConfig",

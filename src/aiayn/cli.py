@@ -1,6 +1,7 @@
 """The `aiayn` command line."""
 
 import argparse
+import sys
 
 import torch
 import transformers
@@ -65,9 +66,33 @@ def write_hub_folder(args: argparse.Namespace) -> None:
     print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")
 
 
+def serve(arguments: list[str]) -> None:
+    """`aiayn serve ARGS`: `transformers serve ARGS`, transformers' own OpenAI-compatible server, in a process where
+    aiayn's model classes resolve. The server loads a model through the class its config's `architectures` names,
+    looked up on the `transformers` module itself (`cli/serving/model_manager.py`), where a model class from outside
+    transformers is not, whether loaded with `--trust-remote-code` or not; this names aiayn's classes there."""
+    from transformers.cli.transformers import app
+
+    import aiayn
+
+    for name in aiayn.__all__:
+        value = getattr(aiayn, name)
+        if isinstance(value, type) and issubclass(value, transformers.PreTrainedModel):
+            setattr(transformers, name, value)
+    app(["serve", *arguments], prog_name="aiayn")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # every later argument is transformers serve's
+        return serve(argv[1:])
     parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "serve",
+        help="transformers serve (an OpenAI-compatible server) for aiayn models; takes its arguments",
+        add_help=False,
+    )
     commands.add_parser("presets", help="list the preset configurations with their sizes")
     convert = commands.add_parser(
         "convert", help="convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder"

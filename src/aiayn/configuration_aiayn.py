@@ -256,6 +256,32 @@ class AiaynConfig(PreTrainedConfig):
         return split_activation(self.hidden_act)[0]
 
     @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """How `from_pretrained(tp_plan="auto")` shards the family's base model over the ranks (Megatron's split):
+        the projections into heads and into the feed-forward width column-wise, each rank holding whole heads (the
+        fused `qkv_proj` and `kv_proj` by `tensor_parallel_aiayn`'s styles), the projections out of them row-wise
+        (their outputs summed across the ranks), the token table by rows of the vocabulary, and the relative
+        position table replicated, its gradient summed. Keys are module paths in the base model."""
+        family = self.model_type.removeprefix("aiayn_")
+        plan = {"shared": "embedding_rowwise"} if family == "seq2seq" else {}
+        for stack in ("encoder", "decoder") if family == "seq2seq" else (family,):
+            layer = f"{stack}.layers.*"
+            plan[f"{stack}.embeddings.embed_tokens"] = "embedding_rowwise"
+            if self.position_embedding_type == "relative":
+                plan[f"{stack}.relative_position_bias.embedding"] = "replicated_with_grad_allreduce"
+            plan[f"{layer}.self_attn.qkv_proj"] = "aiayn_qkv_colwise"
+            plan[f"{layer}.self_attn.o_proj"] = "rowwise"
+            if family == "seq2seq" and stack == "decoder":
+                plan[f"{layer}.cross_attn.q_proj"] = "colwise"
+                plan[f"{layer}.cross_attn.kv_proj"] = "aiayn_kv_colwise"
+                plan[f"{layer}.cross_attn.o_proj"] = "rowwise"
+            if self.is_gated_act:
+                plan[f"{layer}.ffn.gate_proj"] = "colwise"
+            plan[f"{layer}.ffn.up_proj"] = "colwise"
+            plan[f"{layer}.ffn.down_proj"] = "rowwise"
+        return plan
+
+    @property
     def classifier_dropout_rate(self) -> float:
         return self.dropout if self.classifier_dropout is None else self.classifier_dropout
 

@@ -31,6 +31,7 @@ import time
 
 import torch
 from torch import nn
+from transformers.distributed.utils import is_dtensor
 
 CPU_LINEAR_ROUTE = "auto"
 # Products of fewer multiply-adds are dominated by the call itself, where the two libraries do not differ much.
@@ -84,7 +85,8 @@ def _time_routes(rows: int, inner: int, out: int, a_transposed: bool, b_transpos
 
 
 def routable(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether oneDNN may compute `a @ b^T`: float32 on a CPU, in eager mode, unless told otherwise."""
+    """Whether oneDNN may compute `a @ b^T`: plain float32 tensors on a CPU (a tensor-parallel shard, a `DTensor`,
+    goes through torch), in eager mode, unless told otherwise."""
     return (
         CPU_LINEAR_ROUTE != "torch"
         and ONEDNN_AVAILABLE
@@ -92,6 +94,7 @@ def routable(a: torch.Tensor, b: torch.Tensor) -> bool:
         and a.dtype == b.dtype == torch.float32
         and not torch.compiler.is_compiling()
         and not torch.are_deterministic_algorithms_enabled()
+        and not (is_dtensor(a) or is_dtensor(b))
     )
 
 
@@ -170,7 +173,9 @@ class AiaynLinear(nn.Linear):
             return _RoutedLinear.apply(x, self.weight, self.bias)
         if not _onednn_is_faster_for(x, self.weight, self.bias):
             return super().forward(x)
-        return onednn_linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(*x.shape[:-1], self.out_features)
+        return onednn_linear(x.reshape(-1, x.shape[-1]), self.weight, self.bias).view(
+            *x.shape[:-1], self.weight.shape[0]
+        )
 
 
 def _time_layouts(out: int, inner: int) -> bool:

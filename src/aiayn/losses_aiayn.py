@@ -7,6 +7,7 @@ modeling code.
 
 import torch
 from torch import nn
+from transformers.distributed.utils import is_dtensor
 
 from .configuration_aiayn import AiaynConfig
 from .cpu_linear import product
@@ -133,7 +134,8 @@ def token_prediction_loss(
         hidden_states, labels = hidden_states[labelled], labels[labelled]
     if features is not None:
         hidden_states = features(hidden_states)
-    if isinstance(projection, nn.Linear) and not (projection._forward_hooks or projection._forward_pre_hooks):
+    owned = projection._forward_hooks or projection._forward_pre_hooks or is_dtensor(projection.weight)
+    if isinstance(projection, nn.Linear) and not owned:
         # Chunks of at least 256 rows keep the products efficient; 2^24 logits (64 MiB in float32) bound each one.
         chunk_rows = max(256, 2**24 // projection.out_features)
         total = LinearCrossEntropy.apply(
@@ -145,7 +147,7 @@ def token_prediction_loss(
             chunk_rows,
             torch.is_grad_enabled(),
         )
-    else:  # an adapter or a hook (PEFT, accelerate's offloading) owns the projection: call it
+    else:  # an adapter, a hook (PEFT, accelerate's offloading) or tensor parallelism owns the projection: call it
         logits = projection(hidden_states).float()
         total = nn.functional.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
     if num_items_in_batch is None:

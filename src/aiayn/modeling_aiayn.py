@@ -4,7 +4,8 @@ Section and equation numbers refer to "Attention Is All You Need" (Vaswani et al
 encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-attention, plus encoder-decoder
 attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks,
 and the heads every family shares are written once at the end of this file. The loading policy and the input checks
-are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the CPU product routes in `cpu_linear.py`.
+are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the CPU product routes in `cpu_linear.py`, the
+tensor-parallel styles of the fused projections in `tensor_parallel_aiayn.py`.
 
 This module imports nothing but torch, transformers and the configuration: `save_pretrained` copies it next to
 the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
@@ -39,10 +40,14 @@ from .losses_aiayn import sequence_classification_loss, skips_logits, token_pred
 from .policy_aiayn import (
     AiaynLoadingPolicy,
     IndexOutOfRangeError,
+    check_continuous_batching,
     check_labels_shape,
     check_mask_shape,
     check_token_ids,
 )
+from .tensor_parallel_aiayn import register_parallel_styles
+
+register_parallel_styles()  # the styles `AiaynConfig.base_model_tp_plan` names
 
 
 class AiaynRMSNorm(nn.Module):
@@ -230,9 +235,9 @@ class AiaynAttention(nn.Module):
         self.o_proj = AiaynLinear(self.inner_dim, config.d_model, bias=config.use_bias)
 
     def project(self, proj: nn.Linear, states: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
-        """`count` fused projections of `(batch, seq, d_model)` states, each split into `(batch, heads, seq, d_kv)`."""
-        batch, length, _ = states.shape
-        projected = proj(states).view(batch, length, count, self.num_heads, self.head_dim)
+        """`count` fused projections of `(batch, seq, d_model)` states, each split into `(batch, heads, seq, d_kv)`:
+        all `num_heads`, or this rank's share of them under tensor parallelism."""
+        projected = proj(states).unflatten(-1, (count, -1, self.head_dim))
         return projected.permute(2, 0, 3, 1, 4).unbind(0)
 
     def attend(
@@ -250,6 +255,9 @@ class AiaynAttention(nn.Module):
         )
         if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
             attention_interface = eager_attention_forward
+        mask = self.heads_of_this_rank(inputs.mask, query.shape[1])
+        if "position_bias" in kwargs:
+            kwargs["position_bias"] = self.heads_of_this_rank(kwargs["position_bias"], query.shape[1])
         dropout = self.attention_dropout if self.training else 0.0
         if dropout and value.device.type == "cpu" and self.config._attn_implementation == "sdpa":
             # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the values
@@ -260,7 +268,7 @@ class AiaynAttention(nn.Module):
             query,
             key,
             value,
-            inputs.mask,
+            mask,
             dropout=dropout,
             scaling=self.scaling,
             **kwargs,
@@ -268,8 +276,22 @@ class AiaynAttention(nn.Module):
         if inputs.fully_masked is not None:
             output = output.masked_fill(inputs.fully_masked.transpose(1, 2), 0.0)
             weights = weights.masked_fill(inputs.fully_masked, 0.0) if weights is not None else None
-        output = output.reshape(*output.shape[:2], self.inner_dim)
+        output = output.flatten(2)
         return self.o_proj(output), weights
+
+    def heads_of_this_rank(self, per_head: torch.Tensor | object | None, heads: int) -> torch.Tensor | object | None:
+        """A `(batch, num_heads, queries, keys)` mask or bias cut to the `heads` this rank computes under tensor
+        parallelism (`AiaynConfig.base_model_tp_plan`: rank r holds the r-th run of heads); anything else as it
+        is."""
+        if not isinstance(per_head, torch.Tensor) or per_head.dim() != 4 or per_head.shape[1] in (1, heads):
+            return per_head
+        mesh = self.o_proj.weight.device_mesh
+        if self.num_heads % mesh.size():
+            raise ValueError(
+                f"Tensor parallelism over {mesh.size()} ranks needs num_heads={self.num_heads} divisible."
+            )
+        first = mesh.get_local_rank() * heads
+        return per_head[:, first : first + heads]
 
 
 class AiaynSelfAttention(AiaynAttention):
@@ -292,7 +314,7 @@ class AiaynSelfAttention(AiaynAttention):
             cos, sin = inputs.rotary
             query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if cache is not None:
-            key, value = cache.update(key, value, self.layer_idx)
+            key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)  # a paged cache fills in kwargs
         if inputs.position_bias is not None:
             kwargs["position_bias"] = inputs.position_bias
         return self.attend(query, key, value, inputs, **kwargs)
@@ -525,6 +547,12 @@ class AiaynGenerationMixin(GenerationMixin):
             lay_out_for_decoding(self.decoding_step_modules())
         return super().generate(inputs, generation_config, *args, **kwargs)
 
+    def init_continuous_batching(self, *args, **kwargs):
+        """`GenerationMixin.init_continuous_batching` (behind `generate_batch` and `transformers serve
+        --continuous-batching`), refused up front where it cannot run the model (`check_continuous_batching`)."""
+        check_continuous_batching(self.config)
+        return super().init_continuous_batching(*args, **kwargs)
+
     def decoding_step_modules(self) -> nn.Module:
         """The modules each decoding step runs (a seq2seq model's encoder runs once per call, over many rows)."""
         return self
@@ -605,6 +633,12 @@ class AiaynStack(AiaynPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
+    def init_parallel_plans(self):
+        """A stack's modules are sharded by its family's plan (`config.base_model_tp_plan`, relative to the family's
+        base model), not by one of its own."""
+        super().init_parallel_plans()
+        self._tp_plan, self._pp_plan = {}, {}
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
@@ -636,7 +670,8 @@ class AiaynStack(AiaynPreTrainedModel):
             if self.has_cross_attention:
                 cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
+        # A paged cache (continuous batching) packs many sequences: their positions come with the inputs.
+        past_length = self_attention_cache.get_seq_length() if isinstance(self_attention_cache, Cache) else 0
         tokens = input_ids if inputs_embeds is None else inputs_embeds
         batch_size, seq_length = tokens.shape[:2]
         self._check_inputs(
@@ -746,6 +781,8 @@ class AiaynStack(AiaynPreTrainedModel):
             )
         inputs = AttentionInputs(*open_fully_masked_queries(mask))
         if self.relative_position_bias is not None:
+            if cache is not None and not isinstance(cache, Cache):
+                check_continuous_batching(self.config)
             batch_size, query_length = hidden_states.shape[:2]
             key_length = cache.get_mask_sizes(query_length, 0)[0] if cache is not None else query_length
             bias = self.relative_position_bias(query_length, key_length, past_length)

@@ -31,6 +31,7 @@ class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynDecoderConfig
     description = "GPT-style decoder-only Transformer"
     language_model_auto_class = "AutoModelForCausalLM"
+    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynDecoderModel",
@@ -97,6 +98,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
     labels_meaning = "one label per input token"
     predicts_next_token = True
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embeddings.embed_tokens.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}  # split like the tied token table
 
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)

@@ -27,6 +27,7 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynEncoderConfig
     description = "BERT-style encoder-only Transformer"
     language_model_auto_class = "AutoModelForMaskedLM"
+    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynEncoderModel",
@@ -119,6 +120,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
     """BERT's masked language model: the original token at each masked position."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.encoder.embeddings.embed_tokens.weight"}
+    _tp_plan = {"lm_head.decoder": "colwise_gather_output"}  # split like the tied token table
     _keys_to_ignore_on_load_unexpected = [r"pooler"]
 
     def __init__(self, config: AiaynEncoderConfig):

@@ -65,6 +65,7 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynSeq2SeqConfig
     description = "T5-style encoder-decoder Transformer"
     language_model_auto_class = "AutoModelForSeq2SeqLM"
+    lora_target_modules = ["qkv_proj", "q_proj", "kv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynSeq2SeqModel",
@@ -234,6 +235,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
 
     labels_meaning = "one label per decoder input token"
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+    _tp_plan = {"lm_head": "colwise_gather_output"}  # split like the tied token table
 
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)

@@ -47,6 +47,22 @@ def check_labels_shape(labels: torch.Tensor, expected: tuple[int, ...], meaning:
         raise ValueError(f"labels have shape {shape}, but the model needs {meaning}: shape {wanted}.")
 
 
+def check_continuous_batching(config) -> None:
+    """Raises `ValueError` where transformers' continuous batching (`generate_batch`, paged attention, `transformers
+    serve --continuous-batching`) cannot run the model: it packs decoder-only prompts into one paged cache, so it has
+    no encoder input, and it keeps no key positions for a relative position bias."""
+    if config.is_encoder_decoder:
+        raise ValueError(
+            "transformers' continuous batching generates from decoder-only prompts and has no encoder input; batch "
+            "sources with generate() for an encoder-decoder model."
+        )
+    if config.position_embedding_type == "relative":
+        raise ValueError(
+            "Relative position bias needs the position of every cached key, which continuous batching's paged cache "
+            "does not keep. Use generate(), or a model with learned, sinusoidal or rotary positions."
+        )
+
+
 def _first_five(faults: list[str]) -> str:
     return "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
 
@@ -54,6 +70,13 @@ def _first_five(faults: list[str]) -> str:
 def is_stack(module: nn.Module) -> bool:
     """Whether `module` is a stack of layers (an encoder or a decoder), whose weights a checkpoint must hold."""
     return isinstance(getattr(module, "layers", None), nn.ModuleList)
+
+
+def defined_class(model: PreTrainedModel) -> type[PreTrainedModel]:
+    """The aiayn class of `model`: the first class of its MRO defined in a `modeling_aiayn*` module. FSDP2's
+    `fully_shard` swaps a module's class for a subclass of it and `FSDPModule` made on the fly
+    (`FSDPAiaynDecoderForCausalLM`, in a module of torch's), which a saved folder must not name."""
+    return next(cls for cls in type(model).__mro__ if cls.__module__.rsplit(".", 1)[-1].startswith("modeling_aiayn"))
 
 
 class AiaynLoadingPolicy(PreTrainedModel):
@@ -135,10 +158,16 @@ class AiaynLoadingPolicy(PreTrainedModel):
         `trust_remote_code=True` where aiayn is not installed. Weights laid out for decoding are saved in their
         standard layout."""
         restore_standard_layout(self)
-        modeling_module = type(self).__module__.rsplit(".", 1)[-1]
+        model_class = defined_class(self)
+        modeling_module = model_class.__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
         self.config.auto_map = {
             "AutoConfig": f"{configuration_module}.{type(self.config).__name__}",
             **{auto_class: f"{modeling_module}.{name}" for auto_class, name in self.auto_classes.items()},
         }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        # transformers copies the code of the instance's class; under a wrapper's class, save as the model's own.
+        wrapper_class, self.__class__ = type(self), model_class
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = wrapper_class
