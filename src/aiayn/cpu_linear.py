@@ -31,7 +31,12 @@ import time
 
 import torch
 from torch import nn
-from transformers.distributed.utils import is_dtensor
+from transformers.utils import is_torch_distributed_available
+
+if is_torch_distributed_available():
+    from torch.distributed.tensor import DTensor
+else:
+    DTensor = ()  # an empty tuple of classes: no tensor is an instance
 
 CPU_LINEAR_ROUTE = "auto"
 # Products of fewer multiply-adds are dominated by the call itself, where the two libraries do not differ much.
@@ -94,7 +99,7 @@ def routable(a: torch.Tensor, b: torch.Tensor) -> bool:
         and a.dtype == b.dtype == torch.float32
         and not torch.compiler.is_compiling()
         and not torch.are_deterministic_algorithms_enabled()
-        and not (is_dtensor(a) or is_dtensor(b))
+        and not (isinstance(a, DTensor) or isinstance(b, DTensor))
     )
 
 

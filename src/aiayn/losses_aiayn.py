@@ -7,10 +7,9 @@ modeling code.
 
 import torch
 from torch import nn
-from transformers.distributed.utils import is_dtensor
 
 from .configuration_aiayn import AiaynConfig
-from .cpu_linear import product
+from .cpu_linear import DTensor, product
 from .policy_aiayn import check_labels_shape
 
 
@@ -134,7 +133,7 @@ def token_prediction_loss(
         hidden_states, labels = hidden_states[labelled], labels[labelled]
     if features is not None:
         hidden_states = features(hidden_states)
-    owned = projection._forward_hooks or projection._forward_pre_hooks or is_dtensor(projection.weight)
+    owned = projection._forward_hooks or projection._forward_pre_hooks or isinstance(projection.weight, DTensor)
     if isinstance(projection, nn.Linear) and not owned:
         # Chunks of at least 256 rows keep the products efficient; 2^24 logits (64 MiB in float32) bound each one.
         chunk_rows = max(256, 2**24 // projection.out_features)
