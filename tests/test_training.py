@@ -47,15 +47,20 @@ def test_paper_recipe_uses_transformers_inverse_sqrt_schedule_which_is_equation_
         assert math.isclose(scheduler.get_last_lr()[0], paper_learning_rate(step, 512), rel_tol=1e-12)
 
 
-def test_paper_recipe_flag_sets_dropout_of_new_models(tmp_path):
-    trainer = aiayn.training.build_trainer(
-        "causal-lm",
-        ModelArguments(preset="tiny-decoder", vocab_size=300, config_overrides="dropout=0.0", paper_recipe=True),
-        DataArguments(dataset_name="pydoc", block_size=32, max_train_samples=4, max_eval_samples=2),
-        transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", max_steps=1),
-    )
-    assert trainer.model.config.dropout == 0.0  # an explicit override wins
+def test_paper_recipe_keeps_the_presets_dropout(tmp_path):
+    """`--paper_recipe` sets the optimizer, schedule and label smoothing; dropout stays the preset's (Table 3:
+    P_drop 0.3 for the big model), and an explicit override still wins."""
+    shrunk = "d_model=32,d_ff=64,num_heads=4,num_layers=1,num_decoder_layers=1"
+    data = DataArguments(dataset_name="bible-en-de", max_train_samples=8, max_eval_samples=2)
+    arguments = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), report_to="none", max_steps=1)
+    for overrides, dropout in ((shrunk, 0.3), (shrunk + ",dropout=0.0", 0.0)):
+        model_args = ModelArguments(
+            preset="transformer-big", vocab_size=300, config_overrides=overrides, paper_recipe=True
+        )
+        trainer = aiayn.training.build_trainer("translation", model_args, data, arguments)
+        assert trainer.model.config.dropout == dropout and trainer.model.config.attention_dropout == 0.0
     assert trainer.args.lr_scheduler_type == "inverse_sqrt" and trainer.args.adam_beta2 == 0.98
+    assert trainer.args.label_smoothing_factor == 0.1 and trainer.args.adam_epsilon == 1e-9
 
 
 def smoothed_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, shift=True) -> torch.Tensor:

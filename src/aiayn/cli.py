@@ -113,6 +113,23 @@ def main(argv: list[str] | None = None) -> None:
     demo = commands.add_parser("demo", help="train, evaluate and save the three families on real text (make demo)")
     demo.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
     demo.add_argument("--quick", action="store_true", help="smaller models and fewer steps (about 2 minutes)")
+    ablate = commands.add_parser("ablate", help="train rows of the paper's Table 3 on the bundled En-De verses")
+    ablate.add_argument("--out", default="runs/ablate", help="folder for the runs, the table, the JSON and the plot")
+    ablate.add_argument("--rows", nargs="+", default=["A", "B", "C", "D", "E"], choices=["A", "B", "C", "D", "E"])
+    ablate.add_argument("--budget", default="60", help="per run: seconds ('60', '60s') or steps ('500steps')")
+    ablate.add_argument("--seeds", type=int, default=1, help="runs per variant, with seeds 0, 1, ...")
+    ablate.add_argument("--eval-samples", type=int, default=300, help="validation verses scored")
+    ablate.add_argument("--train-samples", type=int, help="train on only this many verses (default: all)")
+    ablate.add_argument("--device", choices=["auto", "cpu"], default="auto", help="auto: an accelerator if present")
+    marian = commands.add_parser(
+        "versus-marian", help="aiayn and transformers' MarianMTModel, same architecture, data, recipe and steps"
+    )
+    marian.add_argument("--out", default="runs/versus-marian")
+    marian.add_argument("--steps", type=int, default=1000)
+    marian.add_argument("--seeds", type=int, default=3)
+    marian.add_argument("--eval-samples", type=int, default=300)
+    marian.add_argument("--train-samples", type=int)
+    marian.add_argument("--device", choices=["auto", "cpu"], default="auto")
     hub = commands.add_parser("hub-folder", help="write a hub-ready folder (model, tokenizer, code, card)")
     hub.add_argument("source", help="a folder saved by save_pretrained with its tokenizer (e.g. a training run)")
     hub.add_argument("destination", help="the folder to write")
@@ -126,6 +143,16 @@ def main(argv: list[str] | None = None) -> None:
         from .demo import main as run_demo
 
         run_demo(args.out, quick=args.quick)
+    if args.command == "ablate":
+        from .ablation import Budget, ablate
+
+        ablate(args.out, tuple(args.rows), Budget.parse(args.budget), args.seeds, args.eval_samples,
+               args.train_samples, use_cpu=args.device == "cpu")  # fmt: skip
+    if args.command == "versus-marian":
+        from .ablation import versus_marian
+
+        versus_marian(args.out, args.steps, args.seeds, args.eval_samples, args.train_samples,
+                      use_cpu=args.device == "cpu")  # fmt: skip
     if args.command == "presets":
         print(presets_table())
     elif args.command == "convert":

@@ -397,7 +397,21 @@ def _is_positive_int(value) -> bool:
 
 FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, "seq2seq": AiaynSeq2SeqConfig}
 
-_PAPER = {"position_embedding_type": "sinusoidal", "norm_first": False, "scale_embedding": True}
+# The paper's models, value by value. Section 3.4: one token table for source and target, tied to the output
+# projection and scaled by sqrt(d_model); 3.5: sinusoidal positions; 3.1: post-LN residual blocks. Section 5.4 names
+# two dropouts, "to the output of each sub-layer, before it is added to the sub-layer input and normalized" and "to
+# the sums of the embeddings and the positional encodings" (`dropout`), and no other: attention and activation
+# dropout are 0. P_drop is 0.1 for base and 0.3 for big (Table 3; section 6.1 lowers it to 0.1 for English-French
+# only). Section 5.1: "a shared source-target vocabulary of about 37000 tokens" (English-German). The training
+# recipe (Adam 0.9 / 0.98 / 1e-9, warmup 4000, eq. 3, label smoothing 0.1; sections 5.3, 5.4) is
+# `training.apply_paper_recipe`; the decoding (beam 4, alpha 0.6, source length + 50; section 6.1) is PAPER_DECODING.
+_PAPER = {
+    "position_embedding_type": "sinusoidal",
+    "norm_first": False,
+    "scale_embedding": True,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+}
 # Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
 # inference to input length + 50, but terminate early when possible".
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
