@@ -781,8 +781,6 @@ class AiaynStack(AiaynPreTrainedModel):
             )
         inputs = AttentionInputs(*open_fully_masked_queries(mask))
         if self.relative_position_bias is not None:
-            if cache is not None and not isinstance(cache, Cache):
-                check_continuous_batching(self.config)
             batch_size, query_length = hidden_states.shape[:2]
             key_length = cache.get_mask_sizes(query_length, 0)[0] if cache is not None else query_length
             bias = self.relative_position_bias(query_length, key_length, past_length)
