@@ -1,6 +1,7 @@
 """Corpora, tokenizers, metrics and the span-corruption collator."""
 
 import json
+import math
 
 import pytest
 import sacrebleu
@@ -22,7 +23,8 @@ from aiayn.tokenization import config_token_fields, sentinel, train_tokenizer
 
 def test_shakespeare_holds_speeches_by_play_with_whole_plays_held_out():
     corpus = data.shakespeare()
-    assert (corpus["train"].num_rows, corpus["validation"].num_rows) == (28_783, 2_571)
+    assert (corpus["train"].num_rows, corpus["validation"].num_rows) == (25_539, 5_815)
+    assert set(corpus["train"]["genre"]) == set(corpus["validation"]["genre"])  # each genre has held-out plays
     first = corpus["train"][0]
     assert first["text"].startswith("THESEUS:\nNow, fair Hippolyta, our nuptial hour\n")
     assert first["play"] == "a-midsummer-night-s-dream" and first["genre"] == "comedies"
@@ -30,6 +32,49 @@ def test_shakespeare_holds_speeches_by_play_with_whole_plays_held_out():
     text = "".join(corpus["train"]["text"][:500])
     assert "**" not in text and "_Enter" not in text and "#" not in text and "  \n" not in text
     assert data.shakespeare()["validation"]["text"] == corpus["validation"]["text"]  # deterministic
+
+
+def test_shakespeare_genres_are_long_speeches_of_comedies_histories_and_tragedies():
+    corpus = data.load_corpus("shakespeare-genres")
+    for split in corpus.values():
+        assert set(split["genre"]) == {"comedies", "histories", "tragedies"}
+        assert min(len(text.split()) for text in split["text"]) >= 40
+    assert not set(corpus["train"]["play"]) & set(corpus["validation"]["play"])
+    assert set(corpus["validation"]["play"]) == {
+        "the-comedy-of-errors",
+        "henry-iv-part-1",
+        "henry-vi-part-3",
+        "macbeth",
+    }
+
+
+def test_baselines_learn_nothing_from_context():
+    from aiayn.baselines import (
+        copy_source_scores,
+        language_model_baselines,
+        majority_accuracy,
+        masked_lm_baselines,
+        unigram_cross_entropy,
+    )
+
+    # Tokens 0 and 1 in proportion 3:1 (add-one smoothed over a vocabulary of 2: 4/6 and 2/6).
+    loss = unigram_cross_entropy([0, 0, 0, 1], [0, 1], vocab_size=2)
+    assert loss == pytest.approx((math.log(6 / 4) + math.log(6 / 2)) / 2)
+    assert majority_accuracy(["a", "a", "b"], ["a", "b", "b", "b"]) == 0.25
+    baselines = language_model_baselines([5] * 9 + [6], [5, 6], vocab_size=8)
+    assert baselines["eval_perplexity"] == pytest.approx(math.exp(baselines["eval_loss"]))
+    unigram = unigram_cross_entropy([5] * 9 + [6], [5, 6], vocab_size=8)
+    # Every selected token a [MASK]: the unigram model. BERT's 80/10/10: half the bet on the visible token.
+    only_masks = masked_lm_baselines([5] * 9 + [6], [5, 6], 8, mask_replace_prob=1.0, random_replace_prob=0.0)
+    assert only_masks == {"eval_loss": pytest.approx(unigram), "eval_perplexity": pytest.approx(math.exp(unigram)),
+                          "eval_accuracy": 0.5}  # fmt: skip
+    bert = masked_lm_baselines([5] * 9 + [6], [5, 6], 8)
+    assert bert["eval_loss"] == pytest.approx(0.9 * unigram + 0.2 * math.log(2))
+    assert bert["eval_accuracy"] == pytest.approx(0.8 * 0.5 + 0.1)
+    copied = copy_source_scores(["Jesus wept.", "Amen."], ["Jesus weinte.", "Amen."])
+    assert 0 < copied["eval_chrf"] < 100  # shared names and punctuation score characters, no 4-gram
+    verse = ["In the beginning God created the heavens and the earth."]
+    assert copy_source_scores(verse, verse) == {"eval_bleu": pytest.approx(100), "eval_chrf": pytest.approx(100)}
 
 
 def test_bible_pairs_are_aligned_and_split_by_chapter():

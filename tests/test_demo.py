@@ -12,7 +12,7 @@ from conftest import lm_model, word_tokenizer
 from aiayn import plots
 
 
-def test_quick_demo_trains_evaluates_saves_and_reloads_the_three_families(tmp_path):
+def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "aiayn.cli", "demo", "--quick", "--out", str(tmp_path)],
         capture_output=True,
@@ -21,16 +21,33 @@ def test_quick_demo_trains_evaluates_saves_and_reloads_the_three_families(tmp_pa
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "=== summary" in result.stdout and "ROMEO" in result.stdout and "[MASK]" in result.stdout
+    assert "The same genres through trust_remote_code=True in a process without aiayn." in result.stdout
     with open(tmp_path / "summary.json") as f:
         summary = json.load(f)
-    assert set(summary) == {"gpt-shakespeare", "bert-shakespeare", "transformer-en-de"}
+    assert list(summary) == ["gpt-shakespeare", "bert-shakespeare", "genre-finetuned", "genre-from-scratch",
+                             "transformer-en-de"]  # fmt: skip
     assert math.isfinite(summary["gpt-shakespeare"]["eval_perplexity"])
     assert 0 <= summary["bert-shakespeare"]["eval_accuracy"] <= 1
     assert {"eval_bleu", "eval_chrf"} <= set(summary["transformer-en-de"])
+    # Every metric beside its baseline, a classifier's loss without a perplexity.
+    for name, metrics in summary.items():
+        shown = {key for key in metrics if key in ("eval_loss", "eval_perplexity", "eval_accuracy", "eval_bleu",
+                                                   "eval_chrf")}  # fmt: skip
+        assert shown == set(metrics["baselines"]), name
+    assert "eval_perplexity" not in summary["genre-finetuned"]
+    table = result.stdout.split("=== summary")[1]
+    assert all(name in table for name in summary) and "baseline" in table
+    # The control starts from the fine-tuned run's architecture and tokenizer, not from its weights.
+    finetuned, scratch = (tmp_path / name for name in ("genre-finetuned", "genre-from-scratch"))
+    assert summary["genre-finetuned"]["parameters"] == summary["genre-from-scratch"]["parameters"]
+    assert (finetuned / "tokenizer.json").read_text() == (scratch / "tokenizer.json").read_text()
+    classifier = transformers.AutoModelForSequenceClassification.from_pretrained(finetuned)
+    assert set(classifier.config.id2label.values()) == {"comedies", "histories", "tragedies"}
     for name, auto_class in (
         ("gpt-shakespeare", transformers.AutoModelForCausalLM),
         ("bert-shakespeare", transformers.AutoModelForMaskedLM),
         ("transformer-en-de", transformers.AutoModelForSeq2SeqLM),
+        ("genre-finetuned", transformers.AutoModelForSequenceClassification),
     ):
         folder = tmp_path / name
         assert {"model.safetensors", "config.json", "tokenizer.json", "README.md", "loss.png", "attention.png"} <= set(

