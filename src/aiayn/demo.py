@@ -80,8 +80,8 @@ MASKED_LM = {"overrides": "d_model=128,num_heads=4,d_ff=512,num_layers=2,norm_fi
 GENRE = {"task": "classification", "dataset": "shakespeare-genres", "steps": 150, "learning_rate": 1e-3,
          "warmup_steps": 15, "eval_samples": None}  # fmt: skip
 FULL = (
-    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=250, learning_rate=1e-3,
-        warmup_steps=25, overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=4", vocab_size=4000, **SHAKESPEARE),
+    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=200, learning_rate=1e-3,
+        warmup_steps=20, overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=4", vocab_size=4000, **SHAKESPEARE),
     Run(name="bert-shakespeare", task="masked-lm", preset="tiny-encoder", steps=600, learning_rate=2e-3,
         warmup_steps=60, **{**SHAKESPEARE, **MASKED_LM}),
     Run(name="genre-finetuned", preset="tiny-encoder", weights_from="bert-shakespeare",
@@ -90,7 +90,7 @@ FULL = (
         **{**SHAKESPEARE, **MASKED_LM, **GENRE}),
     Run(name="transformer-en-de", task="translation", preset="transformer-base",
         overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=3,num_decoder_layers=3", vocab_size=4000,
-        steps=850, batch_size=32, learning_rate=7e-4, warmup_steps=85, length=48, eval_samples=600,
+        steps=1000, batch_size=32, learning_rate=7e-4, warmup_steps=100, length=48, eval_samples=600,
         **PAPER_OPTIMIZATION),
 )  # fmt: skip
 # `--quick`: the same runs, narrower, shorter and on smaller vocabularies.
