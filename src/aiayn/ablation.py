@@ -275,6 +275,8 @@ def marian_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     from .modeling_aiayn import AiaynSinusoidalPositionEmbedding
 
     source, config = model.state_dict(), model.config
+    positions = torch.arange(MARIAN_POSITIONS, device=model.device)[None]
+    sinusoids = AiaynSinusoidalPositionEmbedding(config.d_model)(positions)[0]
     weights = {"model.shared.weight": source["model.shared.weight"]}
 
     def copy(marian: list[str], aiayn: str):  # one aiayn projection, or the rows of a fused one, to Marian's
@@ -296,10 +298,7 @@ def marian_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
                 copy([f"{layer}.encoder_attn.k_proj", f"{layer}.encoder_attn.v_proj"], f"{layer}.cross_attn.kv_proj")
                 copy([f"{layer}.encoder_attn.out_proj"], f"{layer}.cross_attn.o_proj")
                 copy([f"{layer}.encoder_attn_layer_norm"], f"{layer}.cross_attn_norm")
-        positions = torch.arange(MARIAN_POSITIONS, device=model.device)[None]
-        weights[f"model.{side}.embed_positions.weight"] = AiaynSinusoidalPositionEmbedding(config.d_model)(positions)[
-            0
-        ]
+        weights[f"model.{side}.embed_positions.weight"] = sinusoids
     return weights
 
 

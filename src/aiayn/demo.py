@@ -299,9 +299,8 @@ def summary_table(results: dict[str, dict]) -> str:
         )
         for key, (title, digits) in SUMMARY_METRICS.items():
             if key in metrics:
-                baseline = metrics["baselines"].get(key)
-                shown = f"{baseline:.{digits}f}" if baseline is not None else "-"
-                rows.append((*run_cells, title, f"{metrics[key]:.{digits}f}", shown))
+                baseline = metrics["baselines"][key]
+                rows.append((*run_cells, title, f"{metrics[key]:.{digits}f}", f"{baseline:.{digits}f}"))
                 run_cells = ("", "", "", "")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

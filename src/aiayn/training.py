@@ -36,6 +36,7 @@ from transformers.trainer_utils import SchedulerType
 from .collators import DataCollatorForSpanCorruption, DataCollatorSeededByBatch, span_corruption_lengths
 from .configuration_aiayn import preset_config
 from .data import load_corpus
+from .hub import head_of
 from .metrics import Accuracy, ChrF, SacreBleu, perplexity
 from .tokenization import config_token_fields, train_tokenizer
 
@@ -318,7 +319,7 @@ def evaluate(trainer: Trainer, **kwargs) -> dict:
         metrics = trainer.evaluate(**kwargs)
     finally:
         trainer.label_smoother = smoother
-    if type(trainer.model).__name__.endswith(("ForCausalLM", "ForMaskedLM")) and "eval_loss" in metrics:
+    if head_of(trainer.model) in ("ForCausalLM", "ForMaskedLM") and "eval_loss" in metrics:
         metrics["eval_perplexity"] = perplexity(metrics["eval_loss"])
     return metrics
 
