@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 
+import torch
 import transformers
 from conftest import lm_model, word_tokenizer
 
-from aiayn import plots
+from aiayn import demo, plots
+from aiayn.configuration_aiayn import preset_config
+from aiayn.training import parse_overrides
 
 
 def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
@@ -73,3 +76,27 @@ def test_figures_are_written(tmp_path):
     for path in paths:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def parameter_count(run: demo.Run) -> int:
+    config = preset_config(run.preset, vocab_size=run.vocab_size, **parse_overrides(run.overrides))
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def test_a_gpu_runs_the_same_stages_on_larger_models(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert demo.demo_runs(quick=False) == demo.GPU and demo.demo_runs(quick=True) == demo.QUICK
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert demo.demo_runs(quick=False) == demo.FULL
+    for cpu, gpu in zip(demo.FULL, demo.GPU, strict=True):
+        assert (gpu.name, gpu.task, gpu.weights_from, gpu.tokenizer_from) == (
+            cpu.name, cpu.task, cpu.weights_from, cpu.tokenizer_from
+        )  # fmt: skip
+        assert parameter_count(gpu) > 2 * parameter_count(cpu), gpu.name
+    # The control from scratch has the architecture of the encoder the other genre run fine-tunes.
+    for runs in (demo.FULL, demo.GPU, demo.QUICK):
+        stages = {run.name: run for run in runs}
+        assert stages["genre-from-scratch"].overrides == stages["bert-shakespeare"].overrides
+        assert stages["genre-from-scratch"].vocab_size == stages["bert-shakespeare"].vocab_size
