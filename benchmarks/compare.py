@@ -52,7 +52,6 @@ import transformers
 
 import aiayn
 from aiayn.conversion import convert_from_hf
-from aiayn.cpu_linear import cpu_decoding_layouts, cpu_linear_routes
 
 SHAPES = {
     "512": {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "vocab": 32000},
@@ -60,8 +59,8 @@ SHAPES = {
 }
 GENERATE_BATCHES = (1, 8)
 # In the order they run: training changes the weights, and the generated tokens are compared before it. The forward
-# pass runs before `generate()` lays the weights out for decoding on CPUs (`aiayn.cpu_linear`), as in a process that
-# does not generate.
+# pass runs before `generate()` lays the weights out for decoding on CPUs (`aiayn.layout_aiayn`), as in a process
+# that does not generate.
 KINDS = ("forward", *(f"generate_{batch}" for batch in GENERATE_BATCHES), "train")
 
 
@@ -223,10 +222,7 @@ def machine_description(device: str) -> str:
     if device == "cuda":
         return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
     blas = "MKL" if torch.backends.mkl.is_available() else "another BLAS"
-    return (
-        f"{processor_name()}, {torch.backends.cpu.get_cpu_capability()}; the references' products through {blas}, "
-        "aiayn's through the library measured faster per shape class (listed at the end)"
-    )
+    return f"{processor_name()}, {torch.backends.cpu.get_cpu_capability()}; products through {blas}"
 
 
 class Workload:
@@ -366,8 +362,6 @@ def measure_speed(spec: dict) -> dict:
     train["mfu"] = {
         key: steps * train["flops"] / 1e9 / spec["ceiling_gflops"] for key, steps in steps_per_second.items()
     }
-    results["routes"] = cpu_linear_routes()
-    results["layouts"] = cpu_decoding_layouts()
     return results
 
 
@@ -489,7 +483,6 @@ def main():
             print(format_row(row), flush=True)
     ceiling_after = matmul_ceiling(args.device)
     print(f"matmul ceiling after: {ceiling_after:.0f} GFLOP/s")
-    print_routes(rows)
     if args.json:
         environment = {
             "machine": machine_description(args.device),
@@ -504,35 +497,6 @@ def main():
         }
         with open(args.json, "w") as f:
             json.dump({"environment": environment, "results": rows}, f, indent=2)
-
-
-def print_routes(rows: list[dict]):
-    """The library aiayn's products took per shape class, and the layout of its weights for decoding per weight
-    shape, over all the processes that measured them."""
-    print_choices(
-        rows,
-        "routes",
-        "aiayn's float32 CPU products, per shape class (rows rounded up to a power of two): the library measured\n"
-        "faster, in how many of the processes that met the class",
-    )
-    print_choices(
-        rows,
-        "layouts",
-        "aiayn's weights laid out for decoding, per weight shape: the layout measured faster for one row",
-    )
-
-
-def print_choices(rows: list[dict], key: str, heading: str):
-    choices = {}
-    for row in rows:
-        for measured, choice in row["speed"].get(key, {}).items():
-            choices.setdefault(measured, []).append(choice)
-    if not choices:
-        return
-    print(heading)
-    for measured, chosen in choices.items():
-        counts = ", ".join(f"{name} {chosen.count(name)}/{len(chosen)}" for name in sorted(set(chosen)))
-        print(f"  {measured}: {counts}")
 
 
 def format_row(row: dict) -> str:

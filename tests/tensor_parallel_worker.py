@@ -1,6 +1,6 @@
 """Run by `torchrun --nproc_per_node 2` from test_scale_out.py: each family's language model loaded from FOLDER/FAMILY
 with `tp_plan="auto"` and in one piece, the same batch through both, one SGD step on both. Writes, per rank, the
-largest differences to OUT/rank<R>.json. `CPU_LINEAR_ROUTE` (environment) forces the CPU products' library."""
+largest differences to OUT/rank<R>.json."""
 
 import json
 import os
@@ -13,9 +13,7 @@ from torch.distributed.tensor import DTensor
 from transformers.distributed import DistributedConfig
 
 import aiayn
-from aiayn import cpu_linear
 
-cpu_linear.CPU_LINEAR_ROUTE = os.environ.get("CPU_LINEAR_ROUTE", "auto")
 folder, out = sys.argv[1], sys.argv[2]
 
 

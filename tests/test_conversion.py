@@ -142,7 +142,7 @@ def test_t5_conversion_keeps_ties_and_scaling_as_the_checkpoint_has_them():
     assert v1_0.lm_head.weight is v1_0.get_input_embeddings().weight
     v1_1 = convert_from_hf(reference("T5ForConditionalGeneration v1.1"))
     assert not v1_1.config.tie_word_embeddings and not v1_1.config.scale_decoder_outputs
-    assert v1_1.config.hidden_act == "gated-gelu_new"
+    assert v1_1.config.hidden_act == "gated-gelu_pytorch_tanh"
 
 
 def test_converted_gpt2_greedy_decoding_gives_the_references_tokens():

@@ -1,8 +1,6 @@
 """The standard PyTorch paths for every family: `torch.compile` with its default backend (inductor) for inference,
 training and `generate`, `torch.export`, ONNX run in onnxruntime, and transformers' ExecuTorch export wrappers."""
 
-from unittest import mock
-
 import onnx
 import onnxruntime
 import pytest
@@ -12,8 +10,6 @@ from torch.export import Dim
 from torch.utils._pytree import tree_leaves
 from transformers import CompileConfig
 from transformers.integrations.executorch import Seq2SeqLMExportableModule, TorchExportableModuleForDecoderOnlyLM
-
-from aiayn import cpu_linear
 
 # Inductor compiles take seconds each, so each compiled path runs on a few pairs; together the pairs of the compiled
 # forwards cover every family and every position type.
@@ -55,13 +51,6 @@ def export_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
     if family != "encoder":
         inputs["use_cache"] = False
     return inputs
-
-
-def onednn_in_eager():
-    """While active, every float32 CPU product of an eager aiayn model goes through oneDNN, as it does for large
-    products on machines where oneDNN is measured faster: whatever is traced meanwhile must still hold standard
-    operators only."""
-    return mock.patch.object(cpu_linear, "CPU_LINEAR_ROUTE", "onednn")
 
 
 def operator_names(program: torch.export.ExportedProgram) -> set[str]:
@@ -140,12 +129,10 @@ def test_inductor_compiled_static_cache_generation_gives_eagers_tokens_and_logit
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("position", POSITION_TYPES)
 def test_exported_program_has_no_mkldnn_operators_and_gives_eagers_outputs(family, position):
-    """Traced while eager aiayn sends every product through oneDNN: the program holds standard operators only, and
-    computes eager's outputs bit for bit."""
+    """The program holds standard operators only, and computes eager's outputs bit for bit."""
     model = lm_model(family, position_embedding_type=position)
     inputs = export_inputs(family, *padded_batch())
-    with onednn_in_eager():
-        program = torch.export.export(model, (), kwargs=inputs)
+    program = torch.export.export(model, (), kwargs=inputs)
     assert mkldnn_operators(program) == []
     with torch.no_grad():
         expected = model(**inputs)
@@ -163,8 +150,7 @@ def test_export_with_dynamic_batch_size_and_length_serves_other_shapes(family, p
     shapes = {
         name: {0: batch, 1: length} if isinstance(value, torch.Tensor) else None for name, value in inputs.items()
     }
-    with onednn_in_eager():
-        program = torch.export.export(model, (), kwargs=inputs, dynamic_shapes=shapes)
+    program = torch.export.export(model, (), kwargs=inputs, dynamic_shapes=shapes)
     assert mkldnn_operators(program) == []
     for other in (inputs, export_inputs(family, *padded_batch(batch=4, length=6, seed=3))):
         with torch.no_grad():
@@ -177,8 +163,7 @@ def test_core_aten_decomposition_has_no_mkldnn_operators_and_gives_eagers_output
     """The exported program lowered to the core ATen operator set, as backends such as ExecuTorch take it."""
     model = lm_model(family, position_embedding_type="relative")
     inputs = export_inputs(family, *padded_batch())
-    with onednn_in_eager():
-        program = torch.export.export(model, (), kwargs=inputs).run_decompositions()
+    program = torch.export.export(model, (), kwargs=inputs).run_decompositions()
     assert mkldnn_operators(program) == []
     with torch.no_grad():
         expected = tree_leaves(model(**inputs))
@@ -191,8 +176,7 @@ def test_onnx_export_runs_in_onnxruntime_with_pytorchs_outputs(family, position)
     computed by onnxruntime on CPU, are PyTorch's."""
     model = lm_model(family, position_embedding_type=position)
     inputs = export_inputs(family, *padded_batch())
-    with onednn_in_eager():
-        program = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, verbose=False)
+    program = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, verbose=False)
     onnx.checker.check_model(program.model_proto, full_check=True)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
@@ -220,12 +204,11 @@ def test_executorch_decoder_export_prefills_and_decodes_eagers_greedy_tokens(pos
     model.generation_config.cache_implementation = "static"
     exportable = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=16)
     tokens = Dim("tokens", min=1, max=16)
-    with onednn_in_eager():
-        program = exportable.export(
-            input_ids=prompt,
-            cache_position=torch.arange(prompt.shape[1]),
-            dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
-        )
+    program = exportable.export(
+        input_ids=prompt,
+        cache_position=torch.arange(prompt.shape[1]),
+        dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
+    )
     assert mkldnn_operators(program) == []
     step = program.module()
     logits = [step(input_ids=prompt, cache_position=torch.arange(prompt.shape[1]))]
@@ -253,8 +236,7 @@ def test_executorch_seq2seq_export_generates_eagers_greedy_tokens(position):
     exportable = Seq2SeqLMExportableModule(
         model, batch_size=1, max_hidden_seq_length=32, cache_implementation="static", max_cache_length=16
     )
-    with onednn_in_eager():
-        exportable.export()
+    exportable.export()
     assert mkldnn_operators(exportable.exported_encoder) == mkldnn_operators(exportable.exported_decoder) == []
     assert exportable.generate(source, max_new_tokens=NEW_TOKENS + 1) == expected[0].tolist()
     states = exportable.exported_encoder.module()(source)

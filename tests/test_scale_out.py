@@ -20,16 +20,15 @@ TENSOR_PARALLEL_MODELS = {
 }
 
 
-@pytest.mark.parametrize("route", ["auto", "onednn"])
-def test_tensor_parallel_models_compute_and_train_as_one_process(tmp_path, route):
+def test_tensor_parallel_models_compute_and_train_as_one_process(tmp_path):
     """`from_pretrained(tp_plan="auto")` on 2 processes shards every family by `AiaynConfig.base_model_tp_plan`:
     logits, loss and the weights after an SGD step equal those of the model in one process, to float32 rounding of
-    the summed partial products. `onednn` forces the CPU products through oneDNN where they may take it."""
+    the summed partial products."""
     for family, overrides in TENSOR_PARALLEL_MODELS.items():
         lm_model(family, **overrides).save_pretrained(tmp_path / family)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                os.path.join(HERE, "tensor_parallel_worker.py"), str(tmp_path), str(tmp_path)]  # fmt: skip
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "CPU_LINEAR_ROUTE": route}
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-8000:]
     for rank in (0, 1):

@@ -10,6 +10,11 @@ with the relative position bias, unscaled attention and no biases; BART a post-L
 positions (its table is offset by two rows) and embedding norms. The BERT, GPT-2 and T5 configs start from the presets
 of the same names (`bert-base`, `gpt2-small`, `t5-small`), which hold those choices once, and take sizes, norms'
 epsilon, activation, dropout and special tokens from the source.
+
+The tanh GELU that GPT-2 and T5 v1.1 name `gelu_new` (six elementwise operations in transformers, each writing a
+tensor of the feed-forward's width) becomes `gelu_pytorch_tanh`, the same function in torch's fused kernel: equal to
+float32 rounding (2.4e-7 at most on unit-variance inputs), 5 times as fast, and the backward keeps one input instead of
+the formula's intermediates.
 """
 
 import json
@@ -23,6 +28,12 @@ from .configuration_aiayn import AiaynConfig, AiaynDecoderConfig, AiaynEncoderCo
 from .modeling_aiayn import AiaynPreTrainedModel
 
 StateDict = dict[str, torch.Tensor]
+# transformers' activation names -> the aiayn name of the same function computed by a fused kernel
+FUSED_ACTIVATIONS = {"gelu_new": "gelu_pytorch_tanh"}
+
+
+def _activation(name: str) -> str:
+    return FUSED_ACTIVATIONS.get(name, name)
 
 
 def _label_fields(config) -> dict:
@@ -70,7 +81,7 @@ def _bert_config(config: transformers.BertConfig, lm_head_is_tied: bool) -> Aiay
         max_position_embeddings=config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
         layer_norm_eps=config.layer_norm_eps,
-        hidden_act=config.hidden_act,
+        hidden_act=_activation(config.hidden_act),
         tie_word_embeddings=lm_head_is_tied,
         dropout=config.hidden_dropout_prob,
         attention_dropout=config.attention_probs_dropout_prob,
@@ -137,7 +148,7 @@ def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> Aiay
         max_position_embeddings=config.n_positions,
         scale_attention=config.scale_attn_weights,
         layer_norm_eps=config.layer_norm_epsilon,
-        hidden_act=config.activation_function,
+        hidden_act=_activation(config.activation_function),
         tie_word_embeddings=lm_head_is_tied,
         dropout=config.resid_pdrop,
         attention_dropout=config.attn_pdrop,
@@ -175,7 +186,7 @@ def _lm_head(state: StateDict) -> StateDict:
 
 
 def _t5_config(config: transformers.T5Config, lm_head_is_tied: bool) -> AiaynSeq2SeqConfig:
-    activation, gated = config.dense_act_fn, config.is_gated_act
+    activation, gated = _activation(config.dense_act_fn), config.is_gated_act
     return preset_config(
         "t5-small",
         vocab_size=config.vocab_size,
@@ -254,7 +265,7 @@ def _bart_config(config: transformers.BartConfig, lm_head_is_tied: bool) -> Aiay
         position_embedding_type="learned",
         norm_first=False,
         layer_norm_eps=1e-5,
-        hidden_act=config.activation_function,
+        hidden_act=_activation(config.activation_function),
         scale_embedding=config.scale_embedding,
         embedding_norm=True,
         tie_word_embeddings=lm_head_is_tied,

@@ -7,10 +7,15 @@ modeling code.
 
 import torch
 from torch import nn
+from transformers.utils import is_torch_distributed_available
 
 from .configuration_aiayn import AiaynConfig
-from .cpu_linear import DTensor, product
 from .policy_aiayn import check_labels_shape
+
+if is_torch_distributed_available():
+    from torch.distributed.tensor import DTensor
+else:
+    DTensor = ()  # an empty tuple of classes: no tensor is an instance
 
 
 def sequence_classification_loss(
@@ -76,7 +81,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         total = hidden.new_zeros((), dtype=torch.float32)
         for start in range(0, hidden.shape[0], chunk_rows):
             rows, targets = hidden[start : start + chunk_rows], labels[start : start + chunk_rows]
-            logits = product(rows, weight, bias)  # in autocast's dtype where it is on
+            logits = nn.functional.linear(rows, weight, bias)  # in autocast's dtype where it is on
             dtype = logits.dtype
             log_probabilities = torch.log_softmax(logits, -1, dtype=torch.float32)
             del logits  # from here one chunk-sized buffer lives: the probabilities, then their gradient
@@ -87,10 +92,10 @@ class LinearCrossEntropy(torch.autograd.Function):
             probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
             grad_logits, kept = probabilities.to(dtype), labelled.to(dtype)
             if needs_hidden:
-                chunk_grad = product(grad_logits, weight.to(dtype).t()) * kept
+                chunk_grad = (grad_logits @ weight.to(dtype)) * kept
                 grad_hidden[start : start + chunk_rows] = chunk_grad
             if needs_weight:  # accumulated in float32 whatever the products' dtype
-                chunk_grad = product(grad_logits.t(), (rows.to(dtype) * kept).t()).float()
+                chunk_grad = (grad_logits.t() @ (rows.to(dtype) * kept)).float()
                 grad_weight = chunk_grad if grad_weight is None else grad_weight.add_(chunk_grad)
             if needs_bias:
                 chunk_grad = (kept.t() @ grad_logits).float().squeeze(0)

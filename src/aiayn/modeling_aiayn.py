@@ -4,8 +4,8 @@ Section and equation numbers refer to "Attention Is All You Need" (Vaswani et al
 encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-attention, plus encoder-decoder
 attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks,
 and the heads every family shares are written once at the end of this file. The loading policy and the input checks
-are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the CPU product routes in `cpu_linear.py`, the
-tensor-parallel styles of the fused projections in `tensor_parallel_aiayn.py`.
+are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the weights' layout for decoding on CPUs in
+`layout_aiayn.py`, the tensor-parallel styles of the fused projections in `tensor_parallel_aiayn.py`.
 
 This module imports nothing but torch, transformers and the configuration: `save_pretrained` copies it next to
 the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
@@ -35,7 +35,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
-from .cpu_linear import AiaynLinear, lay_out_for_decoding, restore_standard_layout
+from .layout_aiayn import lay_out_for_decoding, restore_standard_layout
 from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
 from .policy_aiayn import (
     AiaynLoadingPolicy,
@@ -232,7 +232,7 @@ class AiaynAttention(nn.Module):
         self.inner_dim = config.num_heads * config.d_kv
         self.scaling = self.head_dim**-0.5 if config.scale_attention else 1.0
         self.attention_dropout = config.attention_dropout
-        self.o_proj = AiaynLinear(self.inner_dim, config.d_model, bias=config.use_bias)
+        self.o_proj = nn.Linear(self.inner_dim, config.d_model, bias=config.use_bias)
 
     def project(self, proj: nn.Linear, states: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
         """`count` fused projections of `(batch, seq, d_model)` states, each split into `(batch, heads, seq, d_kv)`:
@@ -299,7 +299,7 @@ class AiaynSelfAttention(AiaynAttention):
 
     def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool):
         super().__init__(config, layer_idx, is_causal)
-        self.qkv_proj = AiaynLinear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
+        self.qkv_proj = nn.Linear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
 
     def forward(
         self,
@@ -328,8 +328,8 @@ class AiaynCrossAttention(AiaynAttention):
 
     def __init__(self, config: AiaynConfig, layer_idx: int):
         super().__init__(config, layer_idx, is_causal=False)
-        self.q_proj = AiaynLinear(config.d_model, self.inner_dim, bias=config.use_bias)
-        self.kv_proj = AiaynLinear(config.d_model, 2 * self.inner_dim, bias=config.use_bias)
+        self.q_proj = nn.Linear(config.d_model, self.inner_dim, bias=config.use_bias)
+        self.kv_proj = nn.Linear(config.d_model, 2 * self.inner_dim, bias=config.use_bias)
 
     def forward(
         self,
@@ -357,13 +357,11 @@ class AiaynFeedForward(nn.Module):
 
     def __init__(self, config: AiaynConfig):
         super().__init__()
-        self.up_proj = AiaynLinear(config.d_model, config.d_ff, bias=config.use_bias)
-        self.gate_proj = (
-            AiaynLinear(config.d_model, config.d_ff, bias=config.use_bias) if config.is_gated_act else None
-        )
+        self.up_proj = nn.Linear(config.d_model, config.d_ff, bias=config.use_bias)
+        self.gate_proj = nn.Linear(config.d_model, config.d_ff, bias=config.use_bias) if config.is_gated_act else None
         self.act = ACT2FN[config.activation]
         self.dropout = nn.Dropout(config.activation_dropout)
-        self.down_proj = AiaynLinear(config.d_ff, config.d_model, bias=config.use_bias)
+        self.down_proj = nn.Linear(config.d_ff, config.d_model, bias=config.use_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         if self.gate_proj is None:
@@ -505,7 +503,7 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
 
     def train(self, mode: bool = True):
         """`nn.Module.train`; training also restores the weights' standard layout after `generate()` on a CPU
-        (`cpu_linear.lay_out_for_decoding`)."""
+        (`layout_aiayn.lay_out_for_decoding`)."""
         if mode:
             restore_standard_layout(self)
         return super().train(mode)
@@ -535,7 +533,7 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
 class AiaynGenerationMixin(GenerationMixin):
     """`GenerationMixin` whose `generate()`, when each decoding step multiplies a single row (one sequence, no
     beams), first lays the weights that every step reads out for single-row products on CPUs
-    (`cpu_linear.lay_out_for_decoding`, which measures the layouts for one row)."""
+    (`layout_aiayn.lay_out_for_decoding`, a rule over the weights' shapes)."""
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, *args, **kwargs):
         config = generation_config if generation_config is not None else self.generation_config
@@ -827,7 +825,7 @@ class AiaynClassificationHead(nn.Module):
     def __init__(self, config: AiaynConfig, num_outputs: int):
         super().__init__()
         self.dropout = nn.Dropout(config.classifier_dropout_rate)
-        self.out_proj = AiaynLinear(config.d_model, num_outputs, bias=config.use_bias)
+        self.out_proj = nn.Linear(config.d_model, num_outputs, bias=config.use_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.out_proj(self.dropout(hidden_states))
@@ -981,7 +979,7 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
     def __init__(self, config: AiaynConfig):
         super().__init__(config)
         self.model = self.build_body(config, pooled=False)
-        self.qa_outputs = AiaynLinear(config.d_model, 2, bias=config.use_bias)
+        self.qa_outputs = nn.Linear(config.d_model, 2, bias=config.use_bias)
         self.post_init()
 
     @can_return_tuple

@@ -13,7 +13,6 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
-from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -103,7 +102,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)
         self.model = AiaynDecoderModel(config)
-        self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")

@@ -8,7 +8,6 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
-from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynForMultipleChoice,
     AiaynForQuestionAnswering,
@@ -52,7 +51,7 @@ class AiaynEncoderPooler(nn.Module):
 
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__()
-        self.dense = AiaynLinear(config.d_model, config.d_model, bias=config.use_bias)
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden_states[:, 0]))
@@ -103,10 +102,10 @@ class AiaynEncoderMaskedLMHead(nn.Module):
 
     def __init__(self, config: AiaynEncoderConfig):
         super().__init__()
-        self.dense = AiaynLinear(config.d_model, config.d_model, bias=config.use_bias)
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
         self.act = ACT2FN[config.activation]
         self.norm = build_norm(config)
-        self.decoder = AiaynLinear(config.d_model, config.vocab_size, bias=config.use_bias)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.use_bias)
 
     def features(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The transformed states that the projection to the vocabulary reads."""

@@ -16,7 +16,6 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
-from .cpu_linear import AiaynLinear
 from .modeling_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -240,7 +239,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
         self.model = AiaynSeq2SeqModel(config)
-        self.lm_head = AiaynLinear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.loss_type = "ForMaskedLM"  # the labels are aligned with the decoder's positions already: no shift
         self.post_init()
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .cpu_linear import restore_standard_layout
+from .layout_aiayn import restore_standard_layout
 
 
 class IndexOutOfRangeError(ValueError, IndexError):
