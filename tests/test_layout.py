@@ -126,3 +126,20 @@ def test_a_quantiser_after_decoding_quantises_the_standard_weights(layout, famil
         model.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=2)
         assert any(map(layout_aiayn.is_transposed, linear_weights(model).values()))
         torch.testing.assert_close(quantised(model)(**inputs).logits, expected, rtol=0, atol=0)
+
+
+def test_a_state_dict_after_decoding_is_in_the_standard_layout(layout, tmp_path):
+    """safetensors refuses non-contiguous tensors: a state dict taken after `generate()` laid the weights out for one
+    row hands them out contiguous, so `safetensors.torch.save_model` writes the model's values."""
+    import safetensors.torch
+
+    layout("by_shape")
+    model = lm_model("decoder")
+    ids, mask = prompt_batch("decoder")
+    model.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=2)
+    assert any(map(layout_aiayn.is_transposed, linear_weights(model).values()))
+    values = {name: parameter.detach().clone() for name, parameter in model.named_parameters(remove_duplicate=False)}
+    safetensors.torch.save_model(model, str(tmp_path / "model.safetensors"))
+    saved = safetensors.torch.load_file(str(tmp_path / "model.safetensors"))
+    assert saved.keys() <= values.keys() and all(torch.equal(saved[name], values[name]) for name in saved)
+    assert all(weight.is_contiguous() for weight in linear_weights(model).values())

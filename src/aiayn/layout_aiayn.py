@@ -10,8 +10,9 @@ a linear layer with `out_features > in_features` (query-key-value, feed-forward 
 parameter keeps its shape, values and object (ties, optimizers and `state_dict` names hold), only its strides
 change. Nothing is timed: the same model and inputs give the same layout, and so the same bits, on every run.
 
-`model.train()` and `save_pretrained` restore the standard layout (`restore_standard_layout`). `DECODING_LAYOUT`
-overrides the rule: `"by_shape"` (the default), `"standard"` or `"transposed"`.
+`model.train()` and every `state_dict()` (through which `save_pretrained` and safetensors' `save_model`, among
+others, read the weights) restore the standard layout (`restore_standard_layout`). `DECODING_LAYOUT` overrides the
+rule: `"by_shape"` (the default), `"standard"` or `"transposed"`.
 """
 
 import torch
@@ -73,3 +74,9 @@ def restore_standard_layout(model: nn.Module):
     for module in model.modules():
         if isinstance(module, nn.Linear) and is_transposed(module.weight):
             _set_layout(module.weight, transposed=False)
+
+
+def restore_standard_layout_hook(module: nn.Module, prefix: str, keep_vars: bool):
+    """A `state_dict` pre-hook: the tensors a state dict hands out are in the standard layout, contiguous, as
+    safetensors requires."""
+    restore_standard_layout(module)

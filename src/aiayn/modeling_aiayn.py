@@ -35,7 +35,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
-from .layout_aiayn import lay_out_for_decoding, restore_standard_layout
+from .layout_aiayn import lay_out_for_decoding, restore_standard_layout, restore_standard_layout_hook
 from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
 from .policy_aiayn import (
     AiaynLoadingPolicy,
@@ -496,6 +496,7 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
     def __init__(self, config: AiaynConfig, *inputs, **kwargs):
         config.validate()
         super().__init__(config, *inputs, **kwargs)
+        self.register_state_dict_pre_hook(restore_standard_layout_hook)
         if self.can_generate() and config.generation_defaults:
             self.generation_config.update(**config.generation_defaults, allow_custom_entries=True)
             # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.

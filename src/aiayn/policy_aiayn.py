@@ -11,8 +11,6 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .layout_aiayn import restore_standard_layout
-
 
 class IndexOutOfRangeError(ValueError, IndexError):
     """An id outside the table it indexes (a token, a token type, a learned position). transformers' own models raise
@@ -155,9 +153,7 @@ class AiaynLoadingPolicy(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
         family (transformers writes only the saved class), so that any head loads from the folder with
-        `trust_remote_code=True` where aiayn is not installed. Weights laid out for decoding are saved in their
-        standard layout."""
-        restore_standard_layout(self)
+        `trust_remote_code=True` where aiayn is not installed."""
         model_class = defined_class(self)
         modeling_module = model_class.__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
