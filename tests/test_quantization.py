@@ -132,7 +132,8 @@ def test_torchao_int8_gives_the_logits_of_transformers_model_quantised_the_same_
     with torch.no_grad():
         expected, got = reference(**inputs).logits, converted(**inputs).logits
     assert expected.abs().max() > 1.0
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    # Measured 0.0 on an AMD EPYC; the slack is a few float32 ulps of logits up to 16, for products of another width.
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")
