@@ -13,7 +13,7 @@ those in float32 and has only its output head quantised; aiayn's projections are
 measures greedy `generate()` at batch 1 and 8 (new tokens per second; repeats of all forms interleaved, medians), the
 size of the saved state dict, the number of linear layers quantised, and how many of the greedy tokens equal the
 float32 model's (position by position, over the batch of 8). With random weights the logits are nearly flat, so
-agreement is a lower bound of what a trained model gives.
+one flipped choice changes the rest of a sequence; a trained model's agreement was not measured here.
 
     python benchmarks/int8_decoding.py                      # 1 thread
     python benchmarks/int8_decoding.py --new-tokens 32 --repeats 3 --threads 2

@@ -62,6 +62,19 @@ def test_the_single_row_benchmark_runs_and_prints_every_product():
     assert "one layer's products, (in, out)" in result.stdout
 
 
+def test_the_int8_benchmark_quantises_every_aiayn_projection_and_only_gpt2s_head():
+    script = os.path.join(os.path.dirname(COMPARE), "int8_decoding.py")
+    arguments = ["--d-model", "64", "--layers", "2", "--vocab", "300", "--prompt", "8", "--new-tokens", "4"]
+    command = [sys.executable, script, *arguments, "--repeats", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cells = [[cell.strip() for cell in line.split("|")] for line in result.stdout.splitlines()[2:]]
+    rows = {tuple(cell[0].split(maxsplit=1)): cell[1] for cell in cells}
+    assert rows[("aiayn", "float32")] == "0/9" and rows[("GPT-2", "float32")] == "0/9"
+    for form in ("torch.ao dynamic", "torchao int8 weight-only", "torchao int8 dynamic"):
+        assert rows[("aiayn", form)] == "9/9" and rows[("GPT-2", form)] == "1/9", form
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
     """The training step's peak memory (the benchmark's allocation trace), with and without the logits: the step
