@@ -2,7 +2,7 @@
 
     python scripts/ablate.py --rows A E --budget 60 --seeds 1 --out runs/ablate
 
-The same as `aiayn ablate` (see `aiayn ablate --help` and `aiayn.ablation`).
+The same as `aiayn ablate` (see `aiayn ablate --help` and `aiayn.experiments.ablation`).
 """
 
 import sys

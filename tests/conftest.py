@@ -13,8 +13,9 @@ POSITION_TYPES = ("sinusoidal", "learned", "relative", "rotary", "none")
 TINY_PRESET = {"encoder": "tiny-encoder", "decoder": "tiny-decoder", "seq2seq": "tiny"}
 # The head each family is usually used with, and the Auto class that builds it.
 LM_AUTO_CLASS = {
-    family: getattr(transformers, family_class.language_model_auto_class)
-    for family, family_class in aiayn.FAMILIES.items()
+    "encoder": transformers.AutoModelForMaskedLM,
+    "decoder": transformers.AutoModelForCausalLM,
+    "seq2seq": transformers.AutoModelForSeq2SeqLM,
 }
 VOCAB = 97
 

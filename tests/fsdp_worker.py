@@ -13,14 +13,19 @@ import transformers
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
-import aiayn
+import aiayn  # noqa: F401  (registers the Auto classes)
 
 folder, out = sys.argv[1], sys.argv[2]
+AUTO_CLASSES = {
+    "encoder": transformers.AutoModelForMaskedLM,
+    "decoder": transformers.AutoModelForCausalLM,
+    "seq2seq": transformers.AutoModelForSeq2SeqLM,
+}
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 losses = {}
-for family, family_class in aiayn.FAMILIES.items():
-    model = getattr(transformers, family_class.language_model_auto_class).from_pretrained(os.path.join(folder, family))
+for family, auto_class in AUTO_CLASSES.items():
+    model = auto_class.from_pretrained(os.path.join(folder, family))
     for module in model.modules():
         if type(module).__name__ in model._no_split_modules:
             fully_shard(module)

@@ -3,6 +3,7 @@ import json
 import pytest
 import torch
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 
 import aiayn
 from aiayn import AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig
@@ -66,8 +67,8 @@ def test_explicit_d_kv_allows_heads_that_do_not_divide_d_model():
         ({"eos_token_id": -1}, "eos_token_id"),
     ],
 )
-def test_invalid_fields_raise_value_errors_that_name_them(fields, named):
-    with pytest.raises(ValueError, match=named):
+def test_invalid_fields_are_refused_by_errors_that_name_them(fields, named):
+    with pytest.raises(StrictDataclassError, match=named):
         AiaynEncoderConfig(**fields)
 
 
@@ -80,15 +81,40 @@ def test_invalid_fields_raise_value_errors_that_name_them(fields, named):
     ],
 )
 def test_invalid_seq2seq_fields_raise(fields, named):
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(StrictDataclassError, match=named):
         AiaynSeq2SeqConfig(**fields)
 
 
-def test_a_config_broken_after_construction_is_refused_by_the_model():
+def test_an_invalid_assignment_is_refused_and_save_pretrained_validates_across_fields(tmp_folder):
     config = aiayn.preset_config("tiny-decoder")
-    config.hidden_act = "tanhh"
-    with pytest.raises(ValueError, match="hidden_act"):
-        aiayn.AiaynDecoderForCausalLM(config)
+    with pytest.raises(StrictDataclassError, match="hidden_act"):
+        config.hidden_act = "tanhh"
+    assert config.hidden_act == "gelu_pytorch_tanh"
+    config.rope_theta = 500.0  # valid alone; only rotary positions have a rope_theta
+    with pytest.raises(StrictDataclassError, match="rope_theta is set .* it only applies to .*'rotary'"):
+        config.save_pretrained(tmp_folder)
+
+
+def test_no_config_class_overrides_the_validate_that_strict_defines():
+    """`@strict` writes `validate()` to run every class validator, transformers' own included."""
+    for config_class in (aiayn.AiaynConfig, AiaynEncoderConfig, AiaynDecoderConfig, AiaynSeq2SeqConfig):
+        assert config_class.validate.__is_defined_by_strict_decorator__
+    validators = {validator.__name__ for validator in AiaynSeq2SeqConfig.__class_validators__}
+    assert validators == {
+        "validate_architecture",
+        "validate_generation_defaults",
+        "validate_layer_type",
+        "validate_output_attentions",
+        "validate_position_options",
+        "validate_rope",
+        "validate_special_tokens",
+        "validate_token_ids",
+    }
+
+
+def test_transformers_own_validators_run():
+    with pytest.raises(StrictDataclassError, match="output_attentions"):
+        AiaynEncoderConfig(output_attentions=True, attn_implementation="sdpa")
 
 
 def test_invalid_value_in_config_json_names_the_field(tmp_folder):
@@ -99,7 +125,7 @@ def test_invalid_value_in_config_json_names_the_field(tmp_folder):
     saved["position_embedding_type"] = "sinusoidall"
     with open(path, "w") as f:
         json.dump(saved, f)
-    with pytest.raises(ValueError, match="position_embedding_type"):
+    with pytest.raises(StrictDataclassError, match="position_embedding_type"):
         transformers.AutoConfig.from_pretrained(tmp_folder)
 
 

@@ -136,6 +136,44 @@ def test_converted_models_reproduce_the_reference(name):
             torch.testing.assert_close(got[key], expected[key], **TOLERANCE, msg=key)
 
 
+def labelled_inputs(name: str) -> tuple[dict, torch.Tensor]:
+    """`padded_inputs` and labels with -100 on the padding: of the tokens (GPT-2 scores position t on token t + 1), of
+    every other token (BERT, as a masked LM scores a few), of the padded target (T5)."""
+    inputs = padded_inputs(name)
+    if name.startswith("T5"):
+        return inputs, inputs["decoder_input_ids"].masked_fill(inputs["decoder_attention_mask"] == 0, -100)
+    labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    if name.startswith("Bert"):
+        labels[:, ::2] = -100
+    return inputs, labels
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize(
+    ("name", "labelled"),
+    [("BertForMaskedLM", 7), ("GPT2LMHeadModel", 13), ("T5ForConditionalGeneration", 8)],
+)
+def test_the_loss_without_logits_is_the_references_loss_on_a_padded_batch(name, labelled, compiled):
+    """The loss each language-model head computes without logits (`skip_logits=True`) is the loss transformers' own
+    model computes over its logits, on a padded batch whose labels are partly -100: the mean over the labelled
+    tokens (7 of BERT's 18, 13 predicted next tokens of GPT-2's, 8 of T5's 10 targets), or their sum over the
+    Trainer's `num_items_in_batch`. In eager mode only the labelled rows are read; under `torch.compile` (where a
+    data-dependent shape would break the graph) every row is, and the unlabelled ones must count for nothing, in the
+    sum and in the mean's divisor."""
+    model = reference(name)
+    converted = convert_from_hf(model)
+    inputs, labels = labelled_inputs(name)
+    run = torch.compile(converted, backend="eager", fullgraph=True) if compiled else converted
+    with torch.no_grad():
+        expected = model(**inputs, labels=labels).loss
+    for num_items_in_batch in (None,) if compiled else (None, 20):  # one graph compiled: the mean
+        extra = {} if num_items_in_batch is None else {"num_items_in_batch": torch.tensor(num_items_in_batch)}
+        outputs = run(**inputs, labels=labels, skip_logits=True, **extra)
+        assert outputs.logits is None
+        reference_loss = expected if num_items_in_batch is None else expected * labelled / num_items_in_batch
+        torch.testing.assert_close(outputs.loss, reference_loss, rtol=5e-7, atol=0)  # measured at most 1.9e-7
+
+
 def test_t5_conversion_keeps_ties_and_scaling_as_the_checkpoint_has_them():
     v1_0 = convert_from_hf(reference("T5ForConditionalGeneration"))
     assert v1_0.config.tie_word_embeddings and v1_0.config.scale_decoder_outputs
@@ -172,6 +210,23 @@ def test_converted_seq2seq_beam_search_gives_the_references_tokens(name):
     assert torch.equal(
         converted.generate(inputs["input_ids"], **kwargs), model.generate(inputs["input_ids"], **kwargs)
     )
+
+
+def test_converted_t5_decoding_with_a_cache_gives_the_references_logits_at_every_step():
+    """Greedy decoding with a cache, one token per step: the converted T5's logits at every step are T5's own, whose
+    relative position bias places the single query at the cache's length."""
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(t5_config(num_layers=3)).eval()  # a cache as deep as the decoder
+    converted = convert_from_hf(model)
+    inputs = padded_inputs("T5ForConditionalGeneration")
+    settings = {"attention_mask": inputs["attention_mask"], "max_new_tokens": 12, "min_new_tokens": 12,
+                "do_sample": False, "use_cache": True, "output_logits": True,
+                "return_dict_in_generate": True}  # fmt: skip
+    expected = model.generate(inputs["input_ids"], **settings)
+    got = converted.generate(inputs["input_ids"], **settings)
+    assert torch.equal(got.sequences, expected.sequences) and len(got.logits) == 12
+    # Measured equal; 1e-6 is two float32 steps at the logits' size (up to 4.2).
+    torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=1e-6)
 
 
 def test_unsupported_models_and_features_raise_clear_errors():

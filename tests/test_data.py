@@ -49,7 +49,7 @@ def test_shakespeare_genres_are_long_speeches_of_comedies_histories_and_tragedie
 
 
 def test_baselines_learn_nothing_from_context():
-    from aiayn.baselines import (
+    from aiayn.experiments.baselines import (
         copy_source_scores,
         language_model_baselines,
         majority_accuracy,

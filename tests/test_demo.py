@@ -10,8 +10,8 @@ import torch
 import transformers
 from conftest import lm_model, word_tokenizer
 
-from aiayn import demo, plots
 from aiayn.configuration_aiayn import preset_config
+from aiayn.experiments import demo, plots
 from aiayn.training import parse_overrides
 
 
@@ -29,8 +29,11 @@ def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
         summary = json.load(f)
     assert list(summary) == ["gpt-shakespeare", "bert-shakespeare", "genre-finetuned", "genre-from-scratch",
                              "transformer-en-de"]  # fmt: skip
-    assert math.isfinite(summary["gpt-shakespeare"]["eval_perplexity"])
-    assert 0 <= summary["bert-shakespeare"]["eval_accuracy"] <= 1
+    # The language models beside their baselines, which learn nothing from context: the GPT-style model's loss below
+    # the unigram model's, the masked LM's accuracy above that of the best context-free masked LM.
+    gpt, bert = summary["gpt-shakespeare"], summary["bert-shakespeare"]
+    assert math.isfinite(gpt["eval_perplexity"]) and gpt["eval_loss"] < gpt["baselines"]["eval_loss"]
+    assert bert["eval_accuracy"] > bert["baselines"]["eval_accuracy"]
     assert {"eval_bleu", "eval_chrf"} <= set(summary["transformer-en-de"])
     # Every metric beside its baseline, a classifier's loss without a perplexity.
     for name, metrics in summary.items():

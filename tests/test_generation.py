@@ -7,6 +7,7 @@ import pytest
 import torch
 import transformers
 from conftest import POSITION_TYPES, VOCAB, lm_model, prompt_batch, random_ids, word_tokenizer
+from huggingface_hub.errors import StrictDataclassError
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
 import aiayn
@@ -17,6 +18,15 @@ NEW_TOKENS = 8
 FULL_LENGTH = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS}
 BEAM = {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6, "do_sample": False}
 GREEDY = {"do_sample": False}
+# generate() returning every step's logits besides the tokens, never choosing the pad token 0: the tiny seq2seq
+# models would choose it (their start token) at every step, and a decoder input of one repeated token attends to
+# identical keys and values wherever the positions put them.
+WITH_LOGITS = {"output_logits": True, "output_scores": True, "return_dict_in_generate": True, "suppress_tokens": [0]}
+# The largest difference of any step's logits allowed between decoding with and without a cache, and between the
+# static and the dynamic cache, about 2.5 times the largest measured over every position type, greedy and beam
+# search (decoder: 1.8e-7 and 1.2e-7; seq2seq, whose logits reach 7: 1.9e-6 and 9.5e-7).
+CACHED_LOGITS_ATOL = {"decoder": 5e-7, "seq2seq": 5e-6}
+STATIC_LOGITS_ATOL = {"decoder": 3e-7, "seq2seq": 2.5e-6}
 
 
 def new_tokens(family: str, outputs: torch.Tensor, prompt_length: int) -> torch.Tensor:
@@ -28,11 +38,18 @@ def new_tokens(family: str, outputs: torch.Tensor, prompt_length: int) -> torch.
 @pytest.mark.parametrize("position", POSITION_TYPES)
 @pytest.mark.parametrize("mode", [GREEDY, BEAM], ids=["greedy", "beam"])
 def test_outputs_are_the_same_with_and_without_cache(family, position, mode):
+    """The same tokens, and at every step the same logits (and beam scores) to float32 rounding: a cached step that
+    computes positions differently from the full forward changes the logits even where the tokens stay the same."""
     model = lm_model(family, position_embedding_type=position)
     ids, mask = prompt_batch(family)
-    cached = model.generate(ids, attention_mask=mask, use_cache=True, **mode, **FULL_LENGTH)
-    uncached = model.generate(ids, attention_mask=mask, use_cache=False, **mode, **FULL_LENGTH)
-    assert torch.equal(cached, uncached)
+    cached = model.generate(ids, attention_mask=mask, use_cache=True, **mode, **FULL_LENGTH, **WITH_LOGITS)
+    uncached = model.generate(ids, attention_mask=mask, use_cache=False, **mode, **FULL_LENGTH, **WITH_LOGITS)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    assert len(cached.logits) == len(uncached.logits) == NEW_TOKENS
+    torch.testing.assert_close(cached.logits, uncached.logits, rtol=0, atol=CACHED_LOGITS_ATOL[family])
+    if "num_beams" in mode:
+        # Sums of log-probabilities of up to 10: measured within 1.1e-7 of each other, relatively.
+        torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=3e-7, atol=0)
 
 
 @pytest.mark.parametrize("family", GENERATING)
@@ -41,9 +58,12 @@ def test_outputs_are_the_same_with_and_without_cache(family, position, mode):
 def test_static_cache_gives_the_dynamic_caches_outputs(family, position, mode):
     model = lm_model(family, position_embedding_type=position)
     ids, mask = prompt_batch(family)
-    dynamic = model.generate(ids, attention_mask=mask, **mode, **FULL_LENGTH)
-    static = model.generate(ids, attention_mask=mask, cache_implementation="static", **mode, **FULL_LENGTH)
-    assert torch.equal(static, dynamic)
+    dynamic = model.generate(ids, attention_mask=mask, **mode, **FULL_LENGTH, **WITH_LOGITS)
+    static = model.generate(
+        ids, attention_mask=mask, cache_implementation="static", **mode, **FULL_LENGTH, **WITH_LOGITS
+    )
+    assert torch.equal(static.sequences, dynamic.sequences)
+    torch.testing.assert_close(static.logits, dynamic.logits, rtol=0, atol=STATIC_LOGITS_ATOL[family])
 
 
 @pytest.mark.parametrize("family", GENERATING)
@@ -302,11 +322,11 @@ def test_the_length_rule_is_off_without_max_len_settings():
 
 
 def test_invalid_generation_defaults_are_refused():
-    with pytest.raises(ValueError, match="length_penalty"):
+    with pytest.raises(StrictDataclassError, match="length_penalty"):
         aiayn.preset_config("tiny", generation_defaults={"length_penalty": 0.6})
-    with pytest.raises(ValueError, match="beam_size"):
+    with pytest.raises(StrictDataclassError, match="beam_size"):
         aiayn.preset_config("tiny", generation_defaults={"beam_size": 4})
-    with pytest.raises(ValueError, match="max_len_b"):
+    with pytest.raises(StrictDataclassError, match="max_len_b"):
         aiayn.preset_config("tiny-decoder", generation_defaults={"max_len_b": 50})
 
 
@@ -321,7 +341,15 @@ def test_data_collator_for_seq2seq_builds_decoder_inputs_from_labels():
     batch = collator(features)
     assert batch["labels"].tolist() == [[8, 9, 2, -100, -100], [10, 11, 12, 13, 2]]
     assert batch["decoder_input_ids"].tolist() == [[0, 8, 9, 2, 0], [0, 10, 11, 12, 13]]
-    assert torch.isfinite(model(**batch).loss)
+    with torch.no_grad():
+        outputs = model(**batch)
+        from_labels = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        )
+    # The model builds the same decoder inputs from the labels, and its loss is the mean over the 7 labelled tokens.
+    torch.testing.assert_close(from_labels.logits, outputs.logits, rtol=0, atol=0)
+    expected = torch.nn.functional.cross_entropy(outputs.logits.reshape(-1, VOCAB), batch["labels"].reshape(-1))
+    torch.testing.assert_close(outputs.loss, expected, rtol=0, atol=0)  # the same cross-entropy call
 
 
 def test_generation_config_takes_the_special_tokens_of_the_config():

@@ -14,7 +14,7 @@ import torch
 import transformers
 from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, hub_loading_environment, padded_batch, tiny_config
 from safetensors import safe_open
-from test_modeling import FAMILY_BASE, HEADS, head_inputs
+from test_modeling import HEAD_CLASSES, HEADS, head_inputs
 
 
 def _outputs(model, inputs) -> dict:
@@ -52,7 +52,7 @@ def test_folder_holds_safetensors_code_and_the_full_auto_map(family, tmp_folder)
     assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in files)
     with open(os.path.join(tmp_folder, "config.json")) as f:
         auto_map = json.load(f)["auto_map"]
-    expected = {name: f"modeling_aiayn_{family}.{cls}" for name, cls in FAMILY_BASE[family].auto_classes.items()}
+    expected = {name: f"modeling_aiayn_{family}.{cls}" for name, cls in HEAD_CLASSES[family].items()}
     assert auto_map == {"AutoConfig": f"configuration_aiayn.{type(config).__name__}", **expected}
 
 
@@ -121,7 +121,7 @@ def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_n
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"exact {auto_name}" in result.stdout
     loaded = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("loaded")}
-    assert loaded == set(FAMILY_BASE[family].auto_classes)
+    assert loaded == set(HEAD_CLASSES[family])
 
 
 def test_the_wheel_carries_the_model_card_template_and_the_code(tmp_path):

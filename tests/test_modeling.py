@@ -30,12 +30,32 @@ from aiayn.modeling_aiayn import (
 )
 from aiayn.modeling_aiayn_seq2seq import shift_tokens_right
 
-FAMILY_BASE = {
-    "encoder": aiayn.AiaynEncoderPreTrainedModel,
-    "decoder": aiayn.AiaynDecoderPreTrainedModel,
-    "seq2seq": aiayn.AiaynSeq2SeqPreTrainedModel,
+# Each family's Auto classes and the class each builds.
+HEAD_CLASSES = {
+    "encoder": {
+        "AutoModel": "AiaynEncoderModel",
+        "AutoModelForMaskedLM": "AiaynEncoderForMaskedLM",
+        "AutoModelForSequenceClassification": "AiaynEncoderForSequenceClassification",
+        "AutoModelForTokenClassification": "AiaynEncoderForTokenClassification",
+        "AutoModelForQuestionAnswering": "AiaynEncoderForQuestionAnswering",
+        "AutoModelForMultipleChoice": "AiaynEncoderForMultipleChoice",
+    },
+    "decoder": {
+        "AutoModel": "AiaynDecoderModel",
+        "AutoModelForCausalLM": "AiaynDecoderForCausalLM",
+        "AutoModelForSequenceClassification": "AiaynDecoderForSequenceClassification",
+        "AutoModelForTokenClassification": "AiaynDecoderForTokenClassification",
+        "AutoModelForQuestionAnswering": "AiaynDecoderForQuestionAnswering",
+    },
+    "seq2seq": {
+        "AutoModel": "AiaynSeq2SeqModel",
+        "AutoModelForSeq2SeqLM": "AiaynSeq2SeqForConditionalGeneration",
+        "AutoModelForSequenceClassification": "AiaynSeq2SeqForSequenceClassification",
+        "AutoModelForQuestionAnswering": "AiaynSeq2SeqForQuestionAnswering",
+        "AutoModelForTextEncoding": "AiaynSeq2SeqEncoderModel",
+    },
 }
-HEADS = [(family, auto_name) for family in FAMILIES for auto_name in FAMILY_BASE[family].auto_classes]
+HEADS = [(family, auto_name) for family in FAMILIES for auto_name in HEAD_CLASSES[family]]
 
 
 def head_inputs(family: str, auto_name: str) -> dict:
@@ -69,7 +89,7 @@ def head_inputs(family: str, auto_name: str) -> dict:
 def test_each_auto_class_builds_its_head_which_trains(family, auto_name):
     config = tiny_config(family, num_labels=3)
     model = getattr(transformers, auto_name).from_config(config)
-    assert type(model).__name__ == FAMILY_BASE[family].auto_classes[auto_name]
+    assert type(model).__name__ == HEAD_CLASSES[family][auto_name]
     outputs = model(**head_inputs(family, auto_name))
     if auto_name in ("AutoModel", "AutoModelForTextEncoding"):
         assert outputs.last_hidden_state.shape[-1] == config.d_model

@@ -14,7 +14,8 @@ from aiayn.conversion import convert_checkpoint
 from aiayn.hub import save_hub_folder
 
 # torch and transformers, and from the standard library warnings.
-ALLOWED_IMPORTS = {"torch", "transformers", "warnings"}
+# transformers requires huggingface_hub (its strict config dataclasses); typing and warnings are standard.
+ALLOWED_IMPORTS = {"torch", "transformers", "huggingface_hub", "typing", "warnings"}
 # Builtins that run or import code given as data, or reach files and the user.
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "__import__", "open", "input", "breakpoint", "globals", "__builtins__"}
 # Functions that unpickle, download, compile or load native code, whether called as attributes or imported by name.
@@ -35,7 +36,7 @@ FORBIDDEN_ATTRIBUTES = {
 
 
 def forbidden_uses(tree: ast.Module, local_modules: set[str]) -> list[tuple[int, str]]:
-    """(line, what) for each import from outside torch, transformers and `warnings`, each forbidden builtin,
+    """(line, what) for each import from outside `ALLOWED_IMPORTS`, each forbidden builtin,
     and each forbidden function, reached as an attribute (`torch.load`) or imported by name (`from torch import
     load`, `from transformers.utils import cached_file as c`)."""
     found = []

@@ -1,6 +1,7 @@
 """Serving many requests: transformers' continuous batching (paged attention) and `transformers serve` through
 `aiayn serve`, a real server process answered over HTTP."""
 
+import concurrent.futures
 import os
 import signal
 import socket
@@ -134,6 +135,61 @@ def test_a_served_decoder_answers_chat_and_completion_requests(server, decoder_f
     assert len(pieces) == 5 and "".join(pieces) == expected
     completion = client.completions.create(model=folder, prompt="w5 w6 w7", max_tokens=5, temperature=0)
     assert completion.choices[0].text == expected
+
+
+def test_a_served_decoder_batches_concurrent_requests_continuously(decoder_folder):
+    """`aiayn serve FOLDER --continuous-batching` (with a paged cache sized for a CPU): four completion requests sent
+    at once each get the greedy continuation `generate` gives their prompt alone, and the server ran each under
+    continuous batching."""
+    folder, _ = decoder_folder
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    texts = ["w5 w6 w7", "w9 w10", "w11 w12 w13 w14 w15 w16", "w40"]
+    expected = []
+    for text in texts:
+        prompt = tokenizer(text, return_tensors="pt")
+        continuation = model.generate(**prompt, generation_config=greedy(5))[0, prompt["input_ids"].shape[1] :]
+        expected.append(tokenizer.decode(continuation))
+    assert len(set(expected)) == len(texts)  # each answer tells which prompt it continues
+    paged_cache = ["--cb-num-blocks", "16", "--cb-block-size", "16", "--cb-max-batch-tokens", "64"]
+    command = [sys.executable, "-m", "aiayn.cli", "serve", folder, "--continuous-batching", *paged_cache]
+    process, url = started_server(command)
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+
+        def complete(text: str) -> str:
+            return client.completions.create(model=folder, prompt=text, max_tokens=5, temperature=0).choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(complete, texts))
+    finally:
+        end(process)
+    assert answers == expected
+    assert process.stdout.read().count(f"Model: {folder}, CB: True") == len(texts)
+
+
+def test_transformers_serve_serves_a_gpt2_folder(tmp_path):
+    """What `transformers serve` does serve: a folder of a class it has (a GPT-2 built from a tiny config), which
+    answers a completion request with the greedy continuation `generate` gives."""
+    folder = str(tmp_path / "gpt2")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, initializer_range=0.2,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config).eval()
+    tokenizer = word_tokenizer()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    prompt = tokenizer("w5 w6 w7", return_tensors="pt")
+    expected = tokenizer.decode(model.generate(**prompt, generation_config=greedy(5))[0, 3:])
+    process, url = started_server([sys.executable, "-m", "transformers.cli.transformers", "serve", folder])
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        completion = client.completions.create(model=folder, prompt="w5 w6 w7", max_tokens=5, temperature=0)
+    finally:
+        end(process)
+    assert completion.choices[0].text == expected and completion.usage.completion_tokens == 5
 
 
 @pytest.mark.xfail(

@@ -2,6 +2,8 @@
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import transformers
@@ -36,6 +38,10 @@ def presets_table() -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+class UsageError(Exception):
+    """A command's arguments cannot be carried out; `main` exits with status 2 and the message, without a traceback."""
+
+
 def write_hub_folder(args: argparse.Namespace) -> None:
     """`aiayn hub-folder`: reloads a saved model with its head class and writes it with its card; the evaluation
     results and training arguments a training run left next to it (all_results.json, training_args.json) go into
@@ -51,7 +57,7 @@ def write_hub_folder(args: argparse.Namespace) -> None:
         architecture = (json.load(f).get("architectures") or [""])[0]
     model_class = getattr(aiayn, architecture, None)
     if model_class is None:
-        raise SystemExit(f"aiayn hub-folder: error: {args.source} does not hold an aiayn model ({architecture!r}).")
+        raise UsageError(f"{args.source} does not hold an aiayn model ({architecture!r}).")
     model = model_class.from_pretrained(args.source)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.source)
     recorded = {}
@@ -66,7 +72,7 @@ def write_hub_folder(args: argparse.Namespace) -> None:
     print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")
 
 
-def serve(arguments: list[str]) -> None:
+def serve(args: argparse.Namespace) -> None:
     """`aiayn serve ARGS`: `transformers serve ARGS`, transformers' own OpenAI-compatible server, in a process where
     aiayn's model classes resolve. The server loads a model through the class its config's `architectures` names,
     looked up on the `transformers` module itself (`cli/serving/model_manager.py`), where a model class from outside
@@ -79,103 +85,170 @@ def serve(arguments: list[str]) -> None:
         value = getattr(aiayn, name)
         if isinstance(value, type) and issubclass(value, transformers.PreTrainedModel):
             setattr(transformers, name, value)
-    app(["serve", *arguments], prog_name="aiayn")
+    app(["serve", *args.arguments], prog_name="aiayn")
+
+
+def print_presets(args: argparse.Namespace) -> None:
+    print(presets_table())
+
+
+def convert(args: argparse.Namespace) -> None:
+    from .conversion import convert_checkpoint
+
+    try:
+        model = convert_checkpoint(args.source, args.destination, allow_pickle=args.allow_pickle)
+    except ValueError as error:
+        raise UsageError(error) from error
+    print(f"wrote {type(model).__name__} to {args.destination}")
+
+
+def average(args: argparse.Namespace) -> None:
+    from .averaging import average_checkpoints, checkpoint_folders
+
+    if bool(args.run_dir) == bool(args.checkpoints):
+        raise UsageError("give either checkpoint folders or --run-dir, not both")
+    try:
+        folders = checkpoint_folders(args.run_dir, args.last) if args.run_dir else args.checkpoints
+        average_checkpoints(folders, args.output, allow_pickle=args.allow_pickle)
+    except ValueError as error:
+        raise UsageError(error) from error
+    print(f"averaged {len(folders)} checkpoints into {args.output}")
+
+
+def demo(args: argparse.Namespace) -> None:
+    from .experiments.demo import main as run_demo
+
+    run_demo(args.out, quick=args.quick)
+
+
+def ablate(args: argparse.Namespace) -> None:
+    from .experiments.ablation import Budget, ablate
+
+    ablate(args.out, tuple(args.rows), Budget.parse(args.budget), args.seeds, args.eval_samples,
+           args.train_samples, use_cpu=args.device == "cpu")  # fmt: skip
+
+
+def versus_marian(args: argparse.Namespace) -> None:
+    from .experiments.ablation import versus_marian
+
+    versus_marian(args.out, args.steps, args.seeds, args.eval_samples, args.train_samples,
+                  use_cpu=args.device == "cpu")  # fmt: skip
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="folder written by save_pretrained (model, and tokenizer if any)")
+    parser.add_argument("destination", help="folder to write the aiayn model and tokenizer to")
+    parser.add_argument(
+        "--allow-pickle", action="store_true", help="also read pytorch_model.bin (with torch.load(weights_only=True))"
+    )
+
+
+def _average_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("output", help="folder to write the averaged model to")
+    parser.add_argument("checkpoints", nargs="*", help="checkpoint folders, oldest first")
+    parser.add_argument("--run-dir", help="a Trainer output folder whose checkpoint-<step> folders to average")
+    parser.add_argument("--last", type=int, default=5, help="with --run-dir: how many of the latest checkpoints")
+    parser.add_argument("--allow-pickle", action="store_true", help="also read pytorch_model.bin (weights only)")
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
+    parser.add_argument("--quick", action="store_true", help="the same stages with smaller models and fewer steps")
+
+
+def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
+    from .experiments.ablation import ROWS
+
+    parser.add_argument("--out", default="runs/ablate", help="folder for the runs, the table, the JSON and the plot")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument("--budget", default="60", help="per run: seconds ('60', '60s') or steps ('500steps')")
+    parser.add_argument("--seeds", type=int, default=1, help="runs per variant, with seeds 0, 1, ...")
+    parser.add_argument("--eval-samples", type=int, default=300, help="validation verses scored")
+    parser.add_argument("--train-samples", type=int, help="train on only this many verses (default: all)")
+    parser.add_argument("--device", choices=["auto", "cpu"], default="auto", help="auto: an accelerator if present")
+
+
+def _versus_marian_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/versus-marian")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--eval-samples", type=int, default=300)
+    parser.add_argument("--train-samples", type=int)
+    parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
+
+
+def _hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="a folder saved by save_pretrained with its tokenizer (e.g. a training run)")
+    parser.add_argument("destination", help="the folder to write")
+    parser.add_argument("--repo-id", help="the hub repository the card names (default: the destination's name)")
+    parser.add_argument("--task", help="the pipeline tag (default: the model head's)")
+    parser.add_argument("--dataset", action="append", default=[], help="training data (repeatable)")
+    parser.add_argument("--language", action="append", default=[], help="language code (repeatable)")
+    parser.add_argument("--license", default="apache-2.0")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its help line, what adds its arguments to its parser, and what runs it on the parsed arguments.
+    A command that `passes_arguments` hands every later argument, unparsed, to the program it wraps (`arguments`)."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], None]
+    passes_arguments: bool = False
+
+
+COMMANDS = {
+    "serve": Command(
+        "transformers serve (an OpenAI-compatible server) for aiayn models; takes its arguments",
+        _no_arguments, serve, passes_arguments=True,
+    ),
+    "presets": Command("list the preset configurations with their sizes", _no_arguments, print_presets),
+    "convert": Command(
+        "convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder",
+        _convert_arguments, convert,
+    ),
+    "average": Command(
+        "average the weights of checkpoints (the paper averages the last 5 or 20)", _average_arguments, average
+    ),
+    "demo": Command("train, evaluate and save the three families on real text (make demo)", _demo_arguments, demo),
+    "ablate": Command(
+        "train rows of the paper's Table 3 on the bundled En-De verses", _ablate_arguments, ablate
+    ),
+    "versus-marian": Command(
+        "aiayn and transformers' MarianMTModel, same architecture, data, recipe and steps",
+        _versus_marian_arguments, versus_marian,
+    ),
+    "hub-folder": Command(
+        "write a hub-ready folder (model, tokenizer, code, card)", _hub_folder_arguments, write_hub_folder
+    ),
+}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `aiayn` parser, a subparser per entry of `COMMANDS`."""
+    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        command.add_arguments(subparsers.add_parser(name, help=command.help, add_help=not command.passes_arguments))
+    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:  # every later argument is transformers serve's
-        return serve(argv[1:])
-    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
-        "serve",
-        help="transformers serve (an OpenAI-compatible server) for aiayn models; takes its arguments",
-        add_help=False,
-    )
-    commands.add_parser("presets", help="list the preset configurations with their sizes")
-    convert = commands.add_parser(
-        "convert", help="convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder"
-    )
-    convert.add_argument("source", help="folder written by save_pretrained (model, and tokenizer if any)")
-    convert.add_argument("destination", help="folder to write the aiayn model and tokenizer to")
-    convert.add_argument(
-        "--allow-pickle", action="store_true", help="also read pytorch_model.bin (with torch.load(weights_only=True))"
-    )
-    average = commands.add_parser(
-        "average", help="average the weights of checkpoints (the paper averages the last 5 or 20)"
-    )
-    average.add_argument("output", help="folder to write the averaged model to")
-    average.add_argument("checkpoints", nargs="*", help="checkpoint folders, oldest first")
-    average.add_argument("--run-dir", help="a Trainer output folder whose checkpoint-<step> folders to average")
-    average.add_argument("--last", type=int, default=5, help="with --run-dir: how many of the latest checkpoints")
-    average.add_argument("--allow-pickle", action="store_true", help="also read pytorch_model.bin (weights only)")
-    demo = commands.add_parser("demo", help="train, evaluate and save the three families on real text (make demo)")
-    demo.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
-    demo.add_argument("--quick", action="store_true", help="smaller models and fewer steps (about 2 minutes)")
-    ablate = commands.add_parser("ablate", help="train rows of the paper's Table 3 on the bundled En-De verses")
-    ablate.add_argument("--out", default="runs/ablate", help="folder for the runs, the table, the JSON and the plot")
-    ablate.add_argument("--rows", nargs="+", default=["A", "B", "C", "D", "E"], choices=["A", "B", "C", "D", "E"])
-    ablate.add_argument("--budget", default="60", help="per run: seconds ('60', '60s') or steps ('500steps')")
-    ablate.add_argument("--seeds", type=int, default=1, help="runs per variant, with seeds 0, 1, ...")
-    ablate.add_argument("--eval-samples", type=int, default=300, help="validation verses scored")
-    ablate.add_argument("--train-samples", type=int, help="train on only this many verses (default: all)")
-    ablate.add_argument("--device", choices=["auto", "cpu"], default="auto", help="auto: an accelerator if present")
-    marian = commands.add_parser(
-        "versus-marian", help="aiayn and transformers' MarianMTModel, same architecture, data, recipe and steps"
-    )
-    marian.add_argument("--out", default="runs/versus-marian")
-    marian.add_argument("--steps", type=int, default=1000)
-    marian.add_argument("--seeds", type=int, default=3)
-    marian.add_argument("--eval-samples", type=int, default=300)
-    marian.add_argument("--train-samples", type=int)
-    marian.add_argument("--device", choices=["auto", "cpu"], default="auto")
-    hub = commands.add_parser("hub-folder", help="write a hub-ready folder (model, tokenizer, code, card)")
-    hub.add_argument("source", help="a folder saved by save_pretrained with its tokenizer (e.g. a training run)")
-    hub.add_argument("destination", help="the folder to write")
-    hub.add_argument("--repo-id", help="the hub repository the card names (default: the destination's name)")
-    hub.add_argument("--task", help="the pipeline tag (default: the model head's)")
-    hub.add_argument("--dataset", action="append", default=[], help="training data (repeatable)")
-    hub.add_argument("--language", action="append", default=[], help="language code (repeatable)")
-    hub.add_argument("--license", default="apache-2.0")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import main as run_demo
-
-        run_demo(args.out, quick=args.quick)
-    if args.command == "ablate":
-        from .ablation import Budget, ablate
-
-        ablate(args.out, tuple(args.rows), Budget.parse(args.budget), args.seeds, args.eval_samples,
-               args.train_samples, use_cpu=args.device == "cpu")  # fmt: skip
-    if args.command == "versus-marian":
-        from .ablation import versus_marian
-
-        versus_marian(args.out, args.steps, args.seeds, args.eval_samples, args.train_samples,
-                      use_cpu=args.device == "cpu")  # fmt: skip
-    if args.command == "presets":
-        print(presets_table())
-    elif args.command == "convert":
-        from .conversion import convert_checkpoint
-
-        try:
-            model = convert_checkpoint(args.source, args.destination, allow_pickle=args.allow_pickle)
-        except ValueError as error:
-            parser.exit(2, f"aiayn convert: error: {error}\n")
-        print(f"wrote {type(model).__name__} to {args.destination}")
-    elif args.command == "hub-folder":
-        write_hub_folder(args)
-    elif args.command == "average":
-        from .averaging import average_checkpoints, checkpoint_folders
-
-        try:
-            if bool(args.run_dir) == bool(args.checkpoints):
-                raise ValueError("give either checkpoint folders or --run-dir, not both")
-            folders = checkpoint_folders(args.run_dir, args.last) if args.run_dir else args.checkpoints
-            average_checkpoints(folders, args.output, allow_pickle=args.allow_pickle)
-        except ValueError as error:
-            parser.exit(2, f"aiayn average: error: {error}\n")
-        print(f"averaged {len(folders)} checkpoints into {args.output}")
+    parser = build_parser()
+    if argv and argv[0] in COMMANDS and COMMANDS[argv[0]].passes_arguments:
+        args = argparse.Namespace(command=argv[0], arguments=argv[1:])
+    else:
+        args = parser.parse_args(argv)
+    try:
+        COMMANDS[args.command].run(args)
+    except UsageError as error:
+        parser.exit(2, f"aiayn {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -9,10 +9,13 @@ This module imports nothing but transformers: `save_pretrained` copies it next t
 folder loads with `trust_remote_code=True` where aiayn is not installed.
 """
 
+from typing import Literal
+
+from huggingface_hub.dataclasses import as_validated_field, strict
 from transformers import GenerationConfig, PreTrainedConfig
 
-POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned", "relative", "rotary", "none")
-NORM_TYPES = ("layernorm", "rmsnorm")
+PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "none"]
+NormType = Literal["layernorm", "rmsnorm"]
 BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 GATED_PREFIX = "gated-"
@@ -34,6 +37,37 @@ def split_activation(hidden_act: str) -> tuple[str, bool]:
     return hidden_act, False
 
 
+# Field validators: `@strict` runs a field's type check, then these, at construction and on every assignment.
+@as_validated_field
+def positive(value: int | float | None):
+    """A size, count or constant greater than 0 (None: derived from other fields)."""
+    if value is not None and not value > 0:
+        raise ValueError(f"Value must be positive, got {value!r}.")
+
+
+@as_validated_field
+def non_negative(value: int | float):
+    if not value >= 0:
+        raise ValueError(f"Value must be non-negative, got {value!r}.")
+
+
+@as_validated_field
+def dropout_probability(value: int | float | None):
+    """A dropout rate: 1 would zero every activation."""
+    if value is not None and not 0 <= value < 1:
+        raise ValueError(f"Value must be a probability in [0, 1), got {value!r}.")
+
+
+@as_validated_field
+def activation_name(value: str):
+    if split_activation(value)[0] not in BASE_ACTIVATIONS:
+        raise ValueError(
+            f"Value must be one of {BASE_ACTIVATIONS}, {tuple(GATED_ACTIVATION_ALIASES)} or "
+            f"'{GATED_PREFIX}<activation>', got {value!r}."
+        )
+
+
+@strict
 class AiaynConfig(PreTrainedConfig):
     r"""
     Fields shared by the three families. Standard transformers names work as aliases: `hidden_size` (`d_model`),
@@ -99,37 +133,37 @@ class AiaynConfig(PreTrainedConfig):
         "head_dim": "d_kv",
     }
 
-    vocab_size: int = 37000
-    d_model: int = 512
-    num_heads: int = 8
-    d_kv: int | None = None
-    d_ff: int = 2048
-    num_layers: int = 6
-    max_position_embeddings: int = 512
+    vocab_size: int = positive(default=37000)
+    d_model: int = positive(default=512)
+    num_heads: int = positive(default=8)
+    d_kv: int | None = positive(default=None)
+    d_ff: int = positive(default=2048)
+    num_layers: int = positive(default=6)
+    max_position_embeddings: int = positive(default=512)
 
     scale_attention: bool = True
-    position_embedding_type: str = "sinusoidal"
-    relative_attention_num_buckets: int | None = None
-    relative_attention_max_distance: int | None = None
-    rope_theta: float | None = None
+    position_embedding_type: PositionEmbeddingType = "sinusoidal"
+    relative_attention_num_buckets: int | None = positive(default=None)
+    relative_attention_max_distance: int | None = positive(default=None)
+    rope_theta: float | int | None = positive(default=None)
 
     norm_first: bool = False
-    norm_type: str = "layernorm"
-    layer_norm_eps: float = 1e-6
-    hidden_act: str = "relu"
+    norm_type: NormType = "layernorm"
+    layer_norm_eps: float = positive(default=1e-6)
+    hidden_act: str = activation_name(default="relu")
     use_bias: bool = True
 
     scale_embedding: bool = True
     embedding_norm: bool = False
-    type_vocab_size: int = 0
+    type_vocab_size: int = non_negative(default=0)
     tie_word_embeddings: bool = True
     scale_decoder_outputs: bool = False
 
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    activation_dropout: float = 0.1
-    classifier_dropout: float | None = None
-    initializer_range: float = 0.02
+    dropout: float | int = dropout_probability(default=0.1)
+    attention_dropout: float | int = dropout_probability(default=0.1)
+    activation_dropout: float | int = dropout_probability(default=0.1)
+    classifier_dropout: float | int | None = dropout_probability(default=None)
+    initializer_range: float = non_negative(default=0.02)
 
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
@@ -138,8 +172,13 @@ class AiaynConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         # The parent sets aliases (hidden_size=...) and unknown kwargs first; the derived fields depend on them.
         super().__post_init__(**kwargs)
-        self._derive_defaults()
-        self.validate()
+        if self.d_kv is None and self.d_model % self.num_heads == 0:
+            self.d_kv = self.d_model // self.num_heads
+        if self.position_embedding_type == "relative":
+            self.relative_attention_num_buckets = self.relative_attention_num_buckets or 32
+            self.relative_attention_max_distance = self.relative_attention_max_distance or 128
+        if self.position_embedding_type == "rotary" and self.rope_theta is None:
+            self.rope_theta = 10000.0
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -160,91 +199,44 @@ class AiaynConfig(PreTrainedConfig):
             )
         return super().from_dict(config_dict, **kwargs)
 
-    def _derive_defaults(self):
-        """Fills the fields whose defaults depend on other fields."""
-        if self.d_kv is None and _is_positive_int(self.d_model) and _is_positive_int(self.num_heads):
-            if self.d_model % self.num_heads:
-                raise ValueError(
-                    f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
-                )
-            self.d_kv = self.d_model // self.num_heads
-        if self.position_embedding_type == "relative":
-            self.relative_attention_num_buckets = self.relative_attention_num_buckets or 32
-            self.relative_attention_max_distance = self.relative_attention_max_distance or 128
-        if self.position_embedding_type == "rotary" and self.rope_theta is None:
-            self.rope_theta = 10000.0
-
-    def validate(self):
-        """Raises `ValueError` naming the first invalid field. Also run by `save_pretrained` and by the models."""
-        for name in self._positive_int_fields():
-            value = getattr(self, name)
-            if not _is_positive_int(value):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    # Class validators: `@strict` runs every `validate_*` method (transformers' own too) at construction, and
+    # `save_pretrained` runs them again.
+    def validate_architecture(self):
+        """The heads' size and the sizes the position encodings pair up."""
+        super().validate_architecture()
         if self.d_kv is None:
-            raise ValueError(f"d_kv must be given or derivable from d_model ({self.d_model}) and num_heads.")
-        if not _is_positive_int(self.d_kv):
-            raise ValueError(f"d_kv must be a positive integer, got {self.d_kv!r}.")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be a non-negative integer, got {self.type_vocab_size!r}.")
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ValueError(
-                f"position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, "
-                f"got {self.position_embedding_type!r}."
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
             )
-        if self.norm_type not in NORM_TYPES:
-            raise ValueError(f"norm_type must be one of {NORM_TYPES}, got {self.norm_type!r}.")
-        activation, _ = split_activation(self.hidden_act) if isinstance(self.hidden_act, str) else (None, False)
-        if activation not in BASE_ACTIVATIONS:
-            raise ValueError(
-                f"hidden_act must be one of {BASE_ACTIVATIONS}, {tuple(GATED_ACTIVATION_ALIASES)} or "
-                f"'{GATED_PREFIX}<activation>', got {self.hidden_act!r}."
-            )
-        for name in ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is None and name == "classifier_dropout":
-                continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}.")
-        if not isinstance(self.layer_norm_eps, (int, float)) or not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}.")
-        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
-            raise ValueError(f"initializer_range must be non-negative, got {self.initializer_range!r}.")
-        self._validate_positions()
-        for name in self._token_id_fields():
-            value = getattr(self, name)
-            ids = value if isinstance(value, list) and name == "eos_token_id" else [value]
-            if value is not None and not all(isinstance(i, int) and 0 <= i < self.vocab_size for i in ids):
-                raise ValueError(f"{name} must be None or a token id in [0, {self.vocab_size}), got {value!r}.")
-
-    def _validate_positions(self):
-        relative = self.position_embedding_type == "relative"
-        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
-            value = getattr(self, name)
-            if relative and not _is_positive_int(value):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-            if not relative and value is not None:
-                raise ValueError(
-                    f"{name} is set ({value}) but position_embedding_type is {self.position_embedding_type!r}; "
-                    "it only applies to position_embedding_type='relative'."
-                )
-        rotary = self.position_embedding_type == "rotary"
-        if rotary and not (isinstance(self.rope_theta, (int, float)) and self.rope_theta > 0):
-            raise ValueError(f"rope_theta must be positive, got {self.rope_theta!r}.")
-        if not rotary and self.rope_theta is not None:
-            raise ValueError(
-                f"rope_theta is set ({self.rope_theta}) but position_embedding_type is "
-                f"{self.position_embedding_type!r}; it only applies to position_embedding_type='rotary'."
-            )
-        if rotary and self.d_kv % 2:
+        if self.position_embedding_type == "rotary" and self.d_kv % 2:
             raise ValueError(f"rotary positions rotate pairs of features: d_kv must be even, got {self.d_kv}.")
         if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions pair sines and cosines: d_model must be even, got {self.d_model}.")
 
-    def _positive_int_fields(self) -> tuple[str, ...]:
-        return ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_position_embeddings")
+    def validate_position_options(self):
+        """The options of one position type are set with that type only."""
+        options = {
+            "relative_attention_num_buckets": "relative",
+            "relative_attention_max_distance": "relative",
+            "rope_theta": "rotary",
+        }
+        for name, position_type in options.items():
+            if getattr(self, name) is not None and self.position_embedding_type != position_type:
+                raise ValueError(
+                    f"{name} is set ({getattr(self, name)}) but position_embedding_type is "
+                    f"{self.position_embedding_type!r}; it only applies to position_embedding_type={position_type!r}."
+                )
 
-    def _token_id_fields(self) -> tuple[str, ...]:
-        return ("pad_token_id", "bos_token_id", "eos_token_id")
+    def validate_special_tokens(self):
+        """Every `*_token_id` is None or a token of the vocabulary. (transformers' `validate_token_ids` only warns,
+        for the hub's old configs; an embedding lookup out of range fails far from its cause.)"""
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if not name.endswith("_token_id") or value is None:
+                continue
+            ids = value if isinstance(value, list) else [value]
+            if not all(0 <= i < self.vocab_size for i in ids):
+                raise ValueError(f"{name} must be None or a token id in [0, {self.vocab_size}), got {value!r}.")
 
     @property
     def is_gated_act(self) -> bool:
@@ -255,30 +247,26 @@ class AiaynConfig(PreTrainedConfig):
         """The activation function of `hidden_act` without its gate."""
         return split_activation(self.hidden_act)[0]
 
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """How `from_pretrained(tp_plan="auto")` shards the family's base model over the ranks (Megatron's split):
-        the projections into heads and into the feed-forward width column-wise, each rank holding whole heads (the
-        fused `qkv_proj` and `kv_proj` by `tensor_parallel_aiayn`'s styles), the projections out of them row-wise
-        (their outputs summed across the ranks), the token table by rows of the vocabulary, and the relative
-        position table replicated, its gradient summed. Keys are module paths in the base model."""
-        family = self.model_type.removeprefix("aiayn_")
-        plan = {"shared": "embedding_rowwise"} if family == "seq2seq" else {}
-        for stack in ("encoder", "decoder") if family == "seq2seq" else (family,):
-            layer = f"{stack}.layers.*"
-            plan[f"{stack}.embeddings.embed_tokens"] = "embedding_rowwise"
-            if self.position_embedding_type == "relative":
-                plan[f"{stack}.relative_position_bias.embedding"] = "replicated_with_grad_allreduce"
-            plan[f"{layer}.self_attn.qkv_proj"] = "aiayn_qkv_colwise"
-            plan[f"{layer}.self_attn.o_proj"] = "rowwise"
-            if family == "seq2seq" and stack == "decoder":
-                plan[f"{layer}.cross_attn.q_proj"] = "colwise"
-                plan[f"{layer}.cross_attn.kv_proj"] = "aiayn_kv_colwise"
-                plan[f"{layer}.cross_attn.o_proj"] = "rowwise"
-            if self.is_gated_act:
-                plan[f"{layer}.ffn.gate_proj"] = "colwise"
-            plan[f"{layer}.ffn.up_proj"] = "colwise"
-            plan[f"{layer}.ffn.down_proj"] = "rowwise"
+    def stack_tp_plan(self, stack: str, cross_attention: bool = False) -> dict[str, str]:
+        """How `from_pretrained(tp_plan="auto")` shards one stack over the ranks (Megatron's split): the projections
+        into heads and into the feed-forward width column-wise, each rank holding whole heads (the fused `qkv_proj`
+        and `kv_proj` by `tensor_parallel_aiayn`'s styles), the projections out of them row-wise (their outputs
+        summed across the ranks), the token table by rows of the vocabulary, and the relative position table
+        replicated, its gradient summed. Keys are module paths in the family's base model, under `stack`."""
+        layer = f"{stack}.layers.*"
+        plan = {f"{stack}.embeddings.embed_tokens": "embedding_rowwise"}
+        if self.position_embedding_type == "relative":
+            plan[f"{stack}.relative_position_bias.embedding"] = "replicated_with_grad_allreduce"
+        plan[f"{layer}.self_attn.qkv_proj"] = "aiayn_qkv_colwise"
+        plan[f"{layer}.self_attn.o_proj"] = "rowwise"
+        if cross_attention:
+            plan[f"{layer}.cross_attn.q_proj"] = "colwise"
+            plan[f"{layer}.cross_attn.kv_proj"] = "aiayn_kv_colwise"
+            plan[f"{layer}.cross_attn.o_proj"] = "rowwise"
+        if self.is_gated_act:
+            plan[f"{layer}.ffn.gate_proj"] = "colwise"
+        plan[f"{layer}.ffn.up_proj"] = "colwise"
+        plan[f"{layer}.ffn.down_proj"] = "rowwise"
         return plan
 
     @property
@@ -286,12 +274,19 @@ class AiaynConfig(PreTrainedConfig):
         return self.dropout if self.classifier_dropout is None else self.classifier_dropout
 
 
+@strict
 class AiaynEncoderConfig(AiaynConfig):
     """BERT-style encoder-only models: a bidirectional stack with masked-LM and classification heads."""
 
     model_type = "aiayn_encoder"
 
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """`AiaynEncoderModel`'s tensor-parallel plan: its one stack (`stack_tp_plan`)."""
+        return self.stack_tp_plan("encoder")
 
+
+@strict
 class AiaynGenerativeConfig(AiaynConfig):
     """Fields of the families that generate text.
 
@@ -307,12 +302,10 @@ class AiaynGenerativeConfig(AiaynConfig):
     # Entries of `generation_defaults` that are not `GenerationConfig` fields but which the family's `generate` reads.
     custom_generation_fields = ()
 
-    def validate(self):
-        super().validate()
+    def validate_generation_defaults(self):
+        """`generation_defaults` are generation parameters that `GenerationConfig` accepts (strictly)."""
         if self.generation_defaults is None:
             return
-        if not isinstance(self.generation_defaults, dict):
-            raise ValueError(f"generation_defaults must be a dict, got {self.generation_defaults!r}.")
         known = GenerationConfig()
         unknown = [
             key
@@ -327,12 +320,19 @@ class AiaynGenerativeConfig(AiaynConfig):
             raise ValueError(f"generation_defaults are invalid: {error}") from error
 
 
+@strict
 class AiaynDecoderConfig(AiaynGenerativeConfig):
     """GPT-style decoder-only models: a causal stack with a language-model head."""
 
     model_type = "aiayn_decoder"
 
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """`AiaynDecoderModel`'s tensor-parallel plan: its one stack (`stack_tp_plan`)."""
+        return self.stack_tp_plan("decoder")
 
+
+@strict
 class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """T5-style encoder-decoder models; the defaults are the paper's base translation model.
 
@@ -348,11 +348,11 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     model_type = "aiayn_seq2seq"
     custom_generation_fields = ("max_len_a", "max_len_b")
     is_encoder_decoder: bool = True
-    num_decoder_layers: int | None = None
-    decoder_start_token_id: int | None = 0
+    num_decoder_layers: int | None = positive(default=None)
+    decoder_start_token_id: int = 0
 
-    def _derive_defaults(self):
-        super()._derive_defaults()
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
         if getattr(self, "custom_pipelines", None) and _pipelines_registered_here(self.custom_pipelines):
@@ -360,16 +360,15 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
             # config keeps naming the folder's copy for processes without aiayn (save_pretrained writes it again).
             del self.custom_pipelines
 
-    def _positive_int_fields(self) -> tuple[str, ...]:
-        return (*super()._positive_int_fields(), "num_decoder_layers")
-
-    def _token_id_fields(self) -> tuple[str, ...]:
-        return (*super()._token_id_fields(), "decoder_start_token_id")
-
-    def validate(self):
-        super().validate()
-        if self.decoder_start_token_id is None:
-            raise ValueError("decoder_start_token_id must be set: it is the first input of the decoder.")
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """`AiaynSeq2SeqModel`'s tensor-parallel plan: the shared token table, the encoder, and the decoder with its
+        cross-attention (`stack_tp_plan`)."""
+        return {
+            "shared": "embedding_rowwise",
+            **self.stack_tp_plan("encoder"),
+            **self.stack_tp_plan("decoder", cross_attention=True),
+        }
 
     def get_text_config(self, decoder=None, encoder=None) -> "AiaynSeq2SeqConfig":
         """With `decoder=True`, a copy whose `num_layers` is the decoder's, which is what caches are sized from."""
@@ -391,10 +390,6 @@ def _pipelines_registered_here(custom_pipelines: dict) -> bool:
     return True
 
 
-def _is_positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, "seq2seq": AiaynSeq2SeqConfig}
 
 # The paper's models, value by value. Section 3.4: one token table for source and target, tied to the output
@@ -404,7 +399,7 @@ FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, 
 # dropout are 0. P_drop is 0.1 for base and 0.3 for big (Table 3; section 6.1 lowers it to 0.1 for English-French
 # only). Section 5.1: "a shared source-target vocabulary of about 37000 tokens" (English-German). The training
 # recipe (Adam 0.9 / 0.98 / 1e-9, warmup 4000, eq. 3, label smoothing 0.1; sections 5.3, 5.4) is
-# `training.apply_paper_recipe`; the decoding (beam 4, alpha 0.6, source length + 50; section 6.1) is PAPER_DECODING.
+# `training.PaperRecipe`; the decoding (beam 4, alpha 0.6, source length + 50; section 6.1) is PAPER_DECODING.
 _PAPER = {
     "position_embedding_type": "sinusoidal",
     "norm_first": False,

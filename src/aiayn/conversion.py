@@ -281,6 +281,42 @@ def _bart_config(config: transformers.BartConfig, lm_head_is_tied: bool) -> Aiay
     )
 
 
+# One layer of BART (and of Marian, whose layers name their modules as BART's do): each aiayn module and the BART
+# modules whose rows it stacks, in order. Read one way it fuses BART's weights (`_bart_seq2seq`), the other way it
+# splits aiayn's (`bart_layer_weights`).
+BART_LAYER_NAMES = (
+    ("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+    ("self_attn.o_proj", ("self_attn.out_proj",)),
+    ("self_attn_norm", ("self_attn_layer_norm",)),
+    ("ffn.up_proj", ("fc1",)),
+    ("ffn.down_proj", ("fc2",)),
+    ("ffn_norm", ("final_layer_norm",)),
+)
+# The encoder-decoder attention of a decoder layer, named the same way.
+BART_CROSS_ATTENTION_NAMES = (
+    ("cross_attn.q_proj", ("encoder_attn.q_proj",)),
+    ("cross_attn.kv_proj", ("encoder_attn.k_proj", "encoder_attn.v_proj")),
+    ("cross_attn.o_proj", ("encoder_attn.out_proj",)),
+    ("cross_attn_norm", ("encoder_attn_layer_norm",)),
+)
+
+
+def _bart_layer_names(is_decoder: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return BART_LAYER_NAMES + (BART_CROSS_ATTENTION_NAMES if is_decoder else ())
+
+
+def bart_layer_weights(state: StateDict, layer: str, is_decoder: bool) -> StateDict:
+    """The weights of aiayn's layer `layer` (a prefix of `state`) under BART's and Marian's names: each fused
+    projection split into the rows of its parts."""
+    out = {}
+    for target, sources in _bart_layer_names(is_decoder):
+        for name in ("weight", "bias"):
+            if f"{layer}.{target}.{name}" in state:
+                rows = state[f"{layer}.{target}.{name}"].chunk(len(sources))
+                out.update({f"{layer}.{source}.{name}": part for source, part in zip(sources, rows, strict=True)})
+    return out
+
+
 def _bart_seq2seq(state: StateDict, config: AiaynSeq2SeqConfig) -> StateDict:
     """BartModel's weights as AiaynSeq2SeqModel's. BART looks position p up in row p + 2 of its table."""
     out = {"shared.weight": state["shared.weight"]}
@@ -288,20 +324,9 @@ def _bart_seq2seq(state: StateDict, config: AiaynSeq2SeqConfig) -> StateDict:
         out[f"{stack}.embeddings.position_embeddings.weight"] = state[f"{stack}.embed_positions.weight"][2:]
         _copy_norm(out, state, f"{stack}.layernorm_embedding", f"{stack}.embeddings.norm")
         for i in range(num_layers):
-            source, target = f"{stack}.layers.{i}", f"{stack}.layers.{i}"
-            qkv = [f"{source}.self_attn.{name}_proj" for name in "qkv"]
-            _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
-            _copy_linear(out, state, [f"{source}.self_attn.out_proj"], f"{target}.self_attn.o_proj")
-            _copy_norm(out, state, f"{source}.self_attn_layer_norm", f"{target}.self_attn_norm")
-            if stack == "decoder":
-                cross = f"{source}.encoder_attn"
-                _copy_linear(out, state, [f"{cross}.q_proj"], f"{target}.cross_attn.q_proj")
-                _copy_linear(out, state, [f"{cross}.k_proj", f"{cross}.v_proj"], f"{target}.cross_attn.kv_proj")
-                _copy_linear(out, state, [f"{cross}.out_proj"], f"{target}.cross_attn.o_proj")
-                _copy_norm(out, state, f"{source}.encoder_attn_layer_norm", f"{target}.cross_attn_norm")
-            _copy_linear(out, state, [f"{source}.fc1"], f"{target}.ffn.up_proj")
-            _copy_linear(out, state, [f"{source}.fc2"], f"{target}.ffn.down_proj")
-            _copy_norm(out, state, f"{source}.final_layer_norm", f"{target}.ffn_norm")
+            layer = f"{stack}.layers.{i}"
+            for target, sources in _bart_layer_names(stack == "decoder"):
+                _copy_linear(out, state, [f"{layer}.{source}" for source in sources], f"{layer}.{target}")
     return out
 
 

@@ -38,7 +38,7 @@ from .configuration_aiayn import AiaynConfig
 from .layout_aiayn import lay_out_for_decoding, restore_standard_layout, restore_standard_layout_hook
 from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
 from .policy_aiayn import (
-    AiaynLoadingPolicy,
+    AiaynCheckpointBase,
     IndexOutOfRangeError,
     check_continuous_batching,
     check_labels_shape,
@@ -47,7 +47,7 @@ from .policy_aiayn import (
 )
 from .tensor_parallel_aiayn import register_parallel_styles
 
-register_parallel_styles()  # the styles `AiaynConfig.base_model_tp_plan` names
+register_parallel_styles()  # the styles `AiaynConfig.stack_tp_plan` names
 
 
 class AiaynRMSNorm(nn.Module):
@@ -281,16 +281,11 @@ class AiaynAttention(nn.Module):
 
     def heads_of_this_rank(self, per_head: torch.Tensor | object | None, heads: int) -> torch.Tensor | object | None:
         """A `(batch, num_heads, queries, keys)` mask or bias cut to the `heads` this rank computes under tensor
-        parallelism (`AiaynConfig.base_model_tp_plan`: rank r holds the r-th run of heads); anything else as it
+        parallelism (`AiaynConfig.stack_tp_plan`: rank r holds the r-th run of heads); anything else as it
         is."""
         if not isinstance(per_head, torch.Tensor) or per_head.dim() != 4 or per_head.shape[1] in (1, heads):
             return per_head
-        mesh = self.o_proj.weight.device_mesh
-        if self.num_heads % mesh.size():
-            raise ValueError(
-                f"Tensor parallelism over {mesh.size()} ranks needs num_heads={self.num_heads} divisible."
-            )
-        first = mesh.get_local_rank() * heads
+        first = self.o_proj.weight.device_mesh.get_local_rank() * heads
         return per_head[:, first : first + heads]
 
 
@@ -392,14 +387,17 @@ class AiaynLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor | None = None,
-        self_attention: AttentionInputs | None = None,
-        cross_attention: AttentionInputs | None = None,
+        self_attention_inputs: AttentionInputs | None = None,
+        cross_attention_inputs: AttentionInputs | None = None,
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attended, _ = self.self_attn(
-            self._norm_input(hidden_states, self.self_attn_norm), self_attention, self_attention_cache, **kwargs
+            self._norm_input(hidden_states, self.self_attn_norm),
+            self_attention_inputs,
+            self_attention_cache,
+            **kwargs,
         )
         hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
         if self.cross_attn is not None:
@@ -407,7 +405,7 @@ class AiaynLayer(GradientCheckpointingLayer):
             attended, _ = self.cross_attn(
                 self._norm_input(hidden_states, self.cross_attn_norm),
                 encoder_hidden_states,
-                cross_attention,
+                cross_attention_inputs,
                 cross_attention_cache,
                 **kwargs,
             )
@@ -480,7 +478,7 @@ class AiaynTokenEmbedding(nn.Embedding):
     embeddings it starts at standard deviation d_model^-0.5."""
 
 
-class AiaynPreTrainedModel(AiaynLoadingPolicy):
+class AiaynPreTrainedModel(AiaynCheckpointBase):
     """Weight initialisation, attention-backend declarations and config validation shared by all families."""
 
     config: AiaynConfig
@@ -494,13 +492,24 @@ class AiaynPreTrainedModel(AiaynLoadingPolicy):
     _can_compile_fullgraph = True
 
     def __init__(self, config: AiaynConfig, *inputs, **kwargs):
-        config.validate()
         super().__init__(config, *inputs, **kwargs)
         self.register_state_dict_pre_hook(restore_standard_layout_hook)
         if self.can_generate() and config.generation_defaults:
             self.generation_config.update(**config.generation_defaults, allow_custom_entries=True)
             # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.
             self.generation_config._from_model_config = False
+
+    @classmethod
+    def maybe_distribute_model(cls, model, distributed_config, mesh_manager):
+        """transformers' sharding, refusing a head count the tensor-parallel ranks do not divide: each rank computes
+        whole heads, so a fused projection's rows split between heads would mix them."""
+        tp_size = getattr(distributed_config, "tp_size", 1) or 1
+        if tp_size > 1 and model.config.num_heads % tp_size:
+            raise ValueError(
+                f"Tensor parallelism over {tp_size} ranks needs num_heads divisible by {tp_size}; "
+                f"the model has num_heads={model.config.num_heads}."
+            )
+        return super().maybe_distribute_model(model, distributed_config, mesh_manager)
 
     def train(self, mode: bool = True):
         """`nn.Module.train`; training also restores the weights' standard layout after `generate()` on a CPU
@@ -686,10 +695,10 @@ class AiaynStack(AiaynPreTrainedModel):
         self._check_positions(position_ids)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
-        self_attention = self._self_attention_inputs(
+        self_attention_inputs = self._self_attention_inputs(
             hidden_states, attention_mask, self_attention_cache, position_ids, past_length
         )
-        cross_attention = (
+        cross_attention_inputs = (
             self._cross_attention_inputs(hidden_states, encoder_hidden_states, encoder_attention_mask)
             if encoder_hidden_states is not None
             else None
@@ -698,8 +707,8 @@ class AiaynStack(AiaynPreTrainedModel):
             hidden_states = layer(
                 hidden_states,
                 encoder_hidden_states,
-                self_attention=self_attention,
-                cross_attention=cross_attention,
+                self_attention_inputs=self_attention_inputs,
+                cross_attention_inputs=cross_attention_inputs,
                 cache=cache,
                 **kwargs,
             )
@@ -861,13 +870,13 @@ def carried_fields(outputs: ModelOutput, output_class: type[ModelOutput]) -> dic
 class AiaynHeadModel(AiaynPreTrainedModel):
     """A task head on a family's base model, `self.model`. The heads below are written once for every family; a
     family builds its base model (`build_body`) and, where it differs, says how its base model reads a head's inputs
-    (`read`) and which features stand for a whole sequence (`sequence_features`)."""
+    (`base_model_outputs`) and which features stand for a whole sequence (`sequence_features`)."""
 
     def build_body(self, config: AiaynConfig, pooled: bool) -> AiaynPreTrainedModel:
         """The family's base model; `pooled` where a head reads a pooled sequence feature."""
         raise NotImplementedError(f"{type(self).__name__} does not build a base model for heads.")
 
-    def read(
+    def base_model_outputs(
         self,
         input_ids: torch.LongTensor | None,
         attention_mask: torch.Tensor | None,
@@ -926,7 +935,7 @@ class AiaynForSequenceClassification(AiaynHeadModel):
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
         """
-        outputs, ids, mask = self.read(
+        outputs, ids, mask = self.base_model_outputs(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
         )
         logits = self.classifier(self.sequence_features(outputs, ids, mask))
@@ -962,7 +971,9 @@ class AiaynForTokenClassification(AiaynHeadModel):
             A class index per token; -100 for tokens that have none.
         """
         kwargs["use_cache"] = False
-        outputs, _, _ = self.read(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs, _, _ = self.base_model_outputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+        )
         logits = self.classifier(outputs.last_hidden_state)
         loss = None
         if labels is not None:
@@ -1000,7 +1011,9 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
             Token indices of the answer span; positions outside the sequence are ignored.
         """
         kwargs["use_cache"] = False
-        outputs, _, _ = self.read(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
+        outputs, _, _ = self.base_model_outputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+        )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -1042,7 +1055,7 @@ class AiaynForMultipleChoice(AiaynHeadModel):
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         one_sequence_per_row = [tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs]
-        outputs, ids, mask = self.read(*one_sequence_per_row, **kwargs)
+        outputs, ids, mask = self.base_model_outputs(*one_sequence_per_row, **kwargs)
         logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
         loss = None
         if labels is not None:
@@ -1058,7 +1071,7 @@ class AiaynLanguageModel(AiaynPreTrainedModel):
     the vocabulary reads (`token_features`), where the projection is (`get_output_embeddings`), which label each
     position is scored on (`predicts_next_token`) and the loss transformers names for them (`loss_function`)."""
 
-    labels_meaning = "one label per token"  # the shape `labels` must have, in the words of the error that says so
+    labels_shape_description = "one label per token"  # the shape `labels` must have, as the error names it
     predicts_next_token = False  # whether position i is scored on label i + 1 (the causal LM)
 
     def token_features(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -1078,7 +1091,7 @@ class AiaynLanguageModel(AiaynPreTrainedModel):
         `token_prediction_loss`, the same value and gradients as transformers' loss over the logits."""
         projection = self.get_output_embeddings()
         if labels is not None:
-            check_labels_shape(labels, tuple(hidden_states.shape[:2]), self.labels_meaning)
+            check_labels_shape(labels, tuple(hidden_states.shape[:2]), self.labels_shape_description)
         if skips_logits(skip_logits, labels, self.training):
             if self.predicts_next_token:
                 shift_labels = kwargs.pop("shift_labels", None)

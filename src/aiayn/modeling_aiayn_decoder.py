@@ -94,7 +94,7 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
 class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
     """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4)."""
 
-    labels_meaning = "one label per input token"
+    labels_shape_description = "one label per input token"
     predicts_next_token = True
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embeddings.embed_tokens.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}  # split like the tied token table

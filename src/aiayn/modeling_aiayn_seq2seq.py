@@ -85,7 +85,7 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         """The base model of the heads: both stacks."""
         return AiaynSeq2SeqModel(config)
 
-    def read(
+    def base_model_outputs(
         self,
         input_ids: torch.LongTensor | None,
         attention_mask: torch.Tensor | None,
@@ -142,7 +142,39 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
-class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
+class AiaynSeq2SeqStacks(AiaynSeq2SeqPreTrainedModel):
+    """The token table shared by source and target (section 3.4), `shared`, and the stacks that read it: the encoder
+    and, where `has_decoder`, the decoder."""
+
+    has_decoder = True
+
+    def __init__(self, config: AiaynSeq2SeqConfig):
+        super().__init__(config)
+        self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
+        self.encoder = AiaynStack(
+            config, AiaynTokenEmbedding(config.vocab_size, config.d_model), config.num_layers, is_causal=False
+        )
+        if self.has_decoder:
+            self.decoder = AiaynStack(
+                config,
+                AiaynTokenEmbedding(config.vocab_size, config.d_model),
+                config.num_decoder_layers,
+                is_causal=True,
+                has_cross_attention=True,
+            )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.shared
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.shared = value
+        self.encoder.set_input_embeddings(value)
+        if self.has_decoder:
+            self.decoder.set_input_embeddings(value)
+
+
+class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
     """Encoder and decoder stacks sharing one token embedding (section 3.4): the decoder attends causally to its
     own inputs and fully to the encoder output."""
 
@@ -152,29 +184,6 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
         "encoder.embeddings.embed_tokens.weight": "shared.weight",
         "decoder.embeddings.embed_tokens.weight": "shared.weight",
     }
-
-    def __init__(self, config: AiaynSeq2SeqConfig):
-        super().__init__(config)
-        self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
-        self.encoder = AiaynStack(
-            config, AiaynTokenEmbedding(config.vocab_size, config.d_model), config.num_layers, is_causal=False
-        )
-        self.decoder = AiaynStack(
-            config,
-            AiaynTokenEmbedding(config.vocab_size, config.d_model),
-            config.num_decoder_layers,
-            is_causal=True,
-            has_cross_attention=True,
-        )
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.shared
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.shared = value
-        self.encoder.set_input_embeddings(value)
-        self.decoder.set_input_embeddings(value)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
@@ -232,7 +241,7 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqPreTrainedModel):
 class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
     """Translation and other text-to-text tasks: the next target token given the source and the target prefix."""
 
-    labels_meaning = "one label per decoder input token"
+    labels_shape_description = "one label per decoder input token"
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
     _tp_plan = {"lm_head": "colwise_gather_output"}  # split like the tied token table
 
@@ -340,26 +349,12 @@ class AiaynSeq2SeqForQuestionAnswering(AiaynSeq2SeqPreTrainedModel, AiaynForQues
     output_class = Seq2SeqQuestionAnsweringModelOutput
 
 
-class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqPreTrainedModel):
+class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
     """The encoder stack of a seq2seq model on its own (like `T5EncoderModel`), e.g. for sentence features."""
 
+    has_decoder = False
     _tied_weights_keys = {"encoder.embeddings.embed_tokens.weight": "shared.weight"}
     _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
-
-    def __init__(self, config: AiaynSeq2SeqConfig):
-        super().__init__(config)
-        self.shared = AiaynTokenEmbedding(config.vocab_size, config.d_model)
-        self.encoder = AiaynStack(
-            config, AiaynTokenEmbedding(config.vocab_size, config.d_model), config.num_layers, is_causal=False
-        )
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.shared
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.shared = value
-        self.encoder.set_input_embeddings(value)
 
     @can_return_tuple
     def forward(

@@ -70,16 +70,17 @@ def is_stack(module: nn.Module) -> bool:
     return isinstance(getattr(module, "layers", None), nn.ModuleList)
 
 
-def defined_class(model: PreTrainedModel) -> type[PreTrainedModel]:
+def aiayn_class_of(model: PreTrainedModel) -> type[PreTrainedModel]:
     """The aiayn class of `model`: the first class of its MRO defined in a `modeling_aiayn*` module. FSDP2's
     `fully_shard` swaps a module's class for a subclass of it and `FSDPModule` made on the fly
     (`FSDPAiaynDecoderForCausalLM`, in a module of torch's), which a saved folder must not name."""
     return next(cls for cls in type(model).__mro__ if cls.__module__.rsplit(".", 1)[-1].startswith("modeling_aiayn"))
 
 
-class AiaynLoadingPolicy(PreTrainedModel):
-    """`from_pretrained` and `save_pretrained` of every aiayn model: transformers' own, with safeguards and a full
-    `auto_map`. Each family lists its Auto classes in `auto_classes`."""
+class AiaynCheckpointBase(PreTrainedModel):
+    """The `PreTrainedModel` base of every aiayn model, which holds how its checkpoints load and save:
+    `from_pretrained` and `save_pretrained` are transformers' own, with safeguards and a full `auto_map`. Each family
+    lists its Auto classes in `auto_classes`."""
 
     # Auto class name -> model class name, for every Auto class the family supports (set by each family).
     auto_classes: dict[str, str] = {}
@@ -93,7 +94,7 @@ class AiaynLoadingPolicy(PreTrainedModel):
         ignore_mismatched_sizes: bool = False,
         output_loading_info: bool = False,
         **kwargs,
-    ) -> "AiaynLoadingPolicy":
+    ) -> "AiaynCheckpointBase":
         """`PreTrainedModel.from_pretrained`, with safeguards against loading anything but this model's weights:
 
         - only safetensors are read unless `use_safetensors=False` (or `None`) is passed: pickled
@@ -154,7 +155,7 @@ class AiaynLoadingPolicy(PreTrainedModel):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
         family (transformers writes only the saved class), so that any head loads from the folder with
         `trust_remote_code=True` where aiayn is not installed."""
-        model_class = defined_class(self)
+        model_class = aiayn_class_of(self)
         modeling_module = model_class.__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
         self.config.auto_map = {

@@ -5,12 +5,11 @@ run_translation, run_t5_mlm).
 Tasks: `causal-lm` (decoder family), `masked-lm` (encoder), `translation` (seq2seq), `span-corruption` (seq2seq
 pretraining, T5's objective) and `classification` (any family). Each run loads a corpus (`aiayn.data`), loads or
 trains a tokenizer (`aiayn.tokenization`), builds a model from a preset or loads one, trains, evaluates and saves a
-folder that loads through the Auto classes.
+folder that loads through the Auto classes. Each task is an entry of `TASKS`, which names its preprocessing, its
+collator, its trainer class and its metrics.
 
-`--paper_recipe` applies the paper's training recipe (section 5.3, 5.4): Adam with beta = (0.9, 0.98) and
-eps = 1e-9; transformers' `inverse_sqrt` schedule with 4000 warmup steps and peak `d_model^-0.5 * 4000^-0.5`, which
-makes the learning rate after `step` optimizer steps `d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`; label
-smoothing 0.1. Dropout is the preset's (the paper's P_drop: 0.1 for `transformer-base`, 0.3 for `transformer-big`).
+`--paper_recipe` applies the paper's training recipe (`PaperRecipe`, sections 5.3 and 5.4). Dropout is the preset's
+(the paper's P_drop: 0.1 for `transformer-base`, 0.3 for `transformer-big`).
 """
 
 import json
@@ -31,7 +30,6 @@ from transformers import (
     Seq2SeqTrainingArguments,
     Trainer,
 )
-from transformers.trainer_utils import SchedulerType
 
 from .collators import DataCollatorForSpanCorruption, DataCollatorSeededByBatch, span_corruption_lengths
 from .configuration_aiayn import preset_config
@@ -39,29 +37,6 @@ from .data import load_corpus
 from .hub import head_of
 from .metrics import Accuracy, ChrF, SacreBleu, perplexity
 from .tokenization import config_token_fields, train_tokenizer
-
-
-@dataclass(frozen=True)
-class Task:
-    """What a training task trains and with what: the family (None: the preset's or the loaded model's), the Auto
-    class of its head, the bundled corpus it uses by default, and the pipeline task its saved folder serves."""
-
-    family: str | None
-    auto_class: type
-    dataset: str
-    pipeline_task: str
-
-
-TASKS = {
-    "causal-lm": Task("decoder", transformers.AutoModelForCausalLM, "shakespeare", "text-generation"),
-    "masked-lm": Task("encoder", transformers.AutoModelForMaskedLM, "shakespeare", "fill-mask"),
-    "translation": Task("seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "translation"),
-    "span-corruption": Task("seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "text2text-generation"),
-    "classification": Task(
-        None, transformers.AutoModelForSequenceClassification, "shakespeare", "text-classification"
-    ),
-}
-PAPER_WARMUP_STEPS = 4000
 
 
 @dataclass
@@ -81,8 +56,9 @@ class ModelArguments:
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a tokenizer trained on the data."})
     attn_implementation: str | None = field(default=None, metadata={"help": "eager, sdpa, flex_attention, ..."})
     paper_recipe: bool = field(
-        default=False, metadata={"help": "Adam (0.9, 0.98, 1e-9), inverse-sqrt schedule with 4000 warmup steps, "
-                                 "label smoothing 0.1 (sections 5.3, 5.4); dropout stays the preset's."}
+        default=False,
+        metadata={"help": "The paper's Adam, inverse-sqrt schedule (4000 warmup steps unless --warmup_steps is given) "
+                  "and label smoothing (sections 5.3, 5.4); dropout stays the preset's."},
     )  # fmt: skip
 
 
@@ -127,26 +103,47 @@ def parse_overrides(text: str | None) -> dict:
     return fields
 
 
-def apply_paper_recipe(training_args: transformers.TrainingArguments, d_model: int) -> None:
-    """Sets the paper's optimizer, schedule and label smoothing on `training_args` (sections 5.3 and 5.4)."""
-    warmup = int(training_args.warmup_steps) if training_args.warmup_steps >= 1 else PAPER_WARMUP_STEPS
-    training_args.warmup_steps = warmup
-    training_args.lr_scheduler_type = SchedulerType.INVERSE_SQRT
-    training_args.learning_rate = d_model**-0.5 * warmup**-0.5
-    training_args.adam_beta1, training_args.adam_beta2, training_args.adam_epsilon = 0.9, 0.98, 1e-9
-    training_args.weight_decay = 0.0
-    training_args.label_smoothing_factor = 0.1
+@dataclass(frozen=True)
+class PaperRecipe:
+    """The paper's training recipe (sections 5.3 and 5.4): Adam with beta1 = 0.9, beta2 = 0.98 and eps = 1e-9, no
+    weight decay, label smoothing `label_smoothing` (0.1), and eq. (3)'s learning rate,
+    `lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`: transformers' `inverse_sqrt` schedule, which
+    rises linearly over `warmup_steps` to its peak and then falls as `step^-0.5`, with the peak
+    `d_model^-0.5 * warmup_steps^-0.5` (eq. (3) at `step = warmup_steps`) unless `peak_learning_rate` is given.
+    Shorter runs keep the shape and scale `warmup_steps` and `peak_learning_rate`."""
+
+    warmup_steps: int = 4000
+    peak_learning_rate: float | None = None
+    label_smoothing: float = 0.1
+
+    def training_arguments(self, d_model: int | None = None) -> dict:
+        """The `TrainingArguments` fields of the recipe; `d_model` gives the peak when `peak_learning_rate` is None."""
+        if self.peak_learning_rate is None and d_model is None:
+            raise ValueError("The paper's peak learning rate needs d_model when peak_learning_rate is not given.")
+        peak = self.peak_learning_rate
+        if peak is None:
+            peak = d_model**-0.5 * self.warmup_steps**-0.5
+        return {
+            "learning_rate": peak,
+            "warmup_steps": self.warmup_steps,
+            "lr_scheduler_type": "inverse_sqrt",
+            "adam_beta1": 0.9,
+            "adam_beta2": 0.98,
+            "adam_epsilon": 1e-9,
+            "weight_decay": 0.0,
+            "label_smoothing_factor": self.label_smoothing,
+        }
+
+    def apply(self, training_args: transformers.TrainingArguments, d_model: int | None = None) -> None:
+        """Sets the recipe's fields on `training_args`."""
+        for name, value in self.training_arguments(d_model).items():
+            setattr(training_args, name, value)
 
 
-def paper_learning_rate(step: int, d_model: int, warmup: int = PAPER_WARMUP_STEPS) -> float:
-    """Eq. (3): `lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`."""
-    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def _texts(examples, task: str, data_args: DataArguments) -> Iterator[str]:
-    """The text of a dataset or batch: both sides of translation pairs, else the text column."""
+def _texts(examples, data_args: DataArguments, pairs: bool) -> Iterator[str]:
+    """The text of a dataset or batch: both sides of translation pairs (`pairs`), else the text column."""
     columns = examples.column_names if isinstance(examples, datasets.Dataset) else examples
-    if task in ("translation", "span-corruption") and "translation" in columns:
+    if pairs and "translation" in columns:
         for pair in examples["translation"]:
             yield pair[data_args.source_lang]
             yield pair[data_args.target_lang]
@@ -172,7 +169,8 @@ def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: data
     if tokenizer_source is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     else:
-        tokenizer = train_tokenizer(family, _texts(corpus["train"], task, data_args), model_args.vocab_size)
+        texts = _texts(corpus["train"], data_args, TASKS[task].reads_pairs)
+        tokenizer = train_tokenizer(family, texts, model_args.vocab_size)
     overrides = parse_overrides(model_args.config_overrides)
     config = preset_config(model_args.preset, **{**config_token_fields(tokenizer, family), **overrides, **fields})
     if config.model_type != f"aiayn_{family}":
@@ -201,6 +199,98 @@ def _language_model_blocks(corpus, tokenizer, data_args, block_size: int, append
     return tokenized.map(lambda e: group_texts(e, block_size), batched=True, desc=f"Grouping into {block_size}")
 
 
+# Preprocessing: (corpus, tokenizer, model, data arguments) -> the tokenized train and validation splits.
+
+
+def _causal_lm_dataset(corpus, tokenizer, model, data_args: DataArguments) -> datasets.DatasetDict:
+    return _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=True)
+
+
+def _masked_lm_dataset(corpus, tokenizer, model, data_args: DataArguments) -> datasets.DatasetDict:
+    return _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=False)
+
+
+def _span_corruption_dataset(corpus, tokenizer, model, data_args: DataArguments) -> datasets.DatasetDict:
+    """Blocks of the length whose corrupted input is `max_source_length` tokens; pairs are read as plain text."""
+    tokens_length, _ = span_corruption_lengths(
+        data_args.max_source_length, data_args.noise_density, data_args.mean_noise_span_length
+    )
+    if "translation" in corpus["train"].column_names:  # pretraining reads both languages as plain text
+        corpus = corpus.map(lambda e: {data_args.text_column: list(_texts(e, data_args, pairs=True))}, batched=True,
+                            remove_columns=corpus["train"].column_names)  # fmt: skip
+    return _language_model_blocks(corpus, tokenizer, data_args, tokens_length, append_eos=False)
+
+
+def _translation_dataset(corpus, tokenizer, model, data_args: DataArguments) -> datasets.DatasetDict:
+    """Source tokens as inputs, target tokens as labels; pairs longer than `max_pair_tokens` left out."""
+    source, target = data_args.source_lang, data_args.target_lang
+
+    def tokenize(examples):
+        pairs = examples["translation"]
+        encoded = tokenizer([p[source] for p in pairs], max_length=data_args.max_source_length, truncation=True)
+        targets = [pair[target] for pair in pairs]
+        encoded["labels"] = tokenizer(text_target=targets, max_length=data_args.max_target_length, truncation=True)[
+            "input_ids"
+        ]
+        return encoded
+
+    dataset = corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
+    if data_args.max_pair_tokens is not None:
+        limit = data_args.max_pair_tokens
+        dataset = dataset.filter(lambda e: len(e["input_ids"]) <= limit and len(e["labels"]) <= limit)
+    return dataset
+
+
+def _classification_dataset(corpus, tokenizer, model, data_args: DataArguments) -> datasets.DatasetDict:
+    label2id = model.config.label2id
+
+    def tokenize(examples):
+        encoded = tokenizer(examples[data_args.text_column], max_length=data_args.block_size, truncation=True)
+        encoded["labels"] = [label2id[label] for label in examples[data_args.label_column]]
+        return encoded
+
+    return corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
+
+
+def _class_labels(corpus: datasets.DatasetDict, data_args: DataArguments) -> dict:
+    """The config fields of a classifier of the label column's values."""
+    labels = sorted({label for split in corpus.values() for label in split[data_args.label_column]})
+    return {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
+
+
+def _no_config_fields(corpus: datasets.DatasetDict, data_args: DataArguments) -> dict:
+    return {}
+
+
+# Collators: (tokenizer, model, data arguments, seed) -> the batches' collator.
+
+
+def _causal_lm_collator(tokenizer, model, data_args: DataArguments, seed: int):
+    return DataCollatorForLanguageModeling(tokenizer, mlm=False)
+
+
+def _masked_lm_collator(tokenizer, model, data_args: DataArguments, seed: int):
+    masking = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
+    return DataCollatorSeededByBatch(masking, seed)
+
+
+def _span_corruption_collator(tokenizer, model, data_args: DataArguments, seed: int):
+    return DataCollatorForSpanCorruption(
+        tokenizer, data_args.noise_density, data_args.mean_noise_span_length, seed, model
+    )
+
+
+def _translation_collator(tokenizer, model, data_args: DataArguments, seed: int):
+    return DataCollatorForSeq2Seq(tokenizer, model=model)
+
+
+def _classification_collator(tokenizer, model, data_args: DataArguments, seed: int):
+    return DataCollatorWithPadding(tokenizer)
+
+
+# Metrics: (tokenizer, training arguments) -> the Trainer's metric arguments.
+
+
 def _masked_accuracy(eval_prediction) -> dict:
     predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
     selected = labels != -100
@@ -211,7 +301,7 @@ def _argmax_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def _translation_metrics(tokenizer) -> Callable:
+def _translation_scores(tokenizer) -> Callable:
     def compute(eval_prediction) -> dict:
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
         predictions = predictions.clip(min=0)  # generated sequences are padded with -100 by the trainer
@@ -230,84 +320,97 @@ def _classification_accuracy(eval_prediction) -> dict:
     return Accuracy().compute(predictions=predictions, references=eval_prediction.label_ids)
 
 
+def _no_metrics(tokenizer, training_args) -> dict:
+    return {}
+
+
+def _masked_lm_metrics(tokenizer, training_args) -> dict:
+    """Accuracy on the masked tokens, from the logits' argmax (not the logits) kept per batch."""
+    return {"compute_metrics": _masked_accuracy, "preprocess_logits_for_metrics": _argmax_logits}
+
+
+def _translation_metrics(tokenizer, training_args) -> dict:
+    """BLEU and chrF of the generated translations, where the evaluation generates (`predict_with_generate`)."""
+    generates = getattr(training_args, "predict_with_generate", False)
+    return {"compute_metrics": _translation_scores(tokenizer)} if generates else {}
+
+
+def _classification_metrics(tokenizer, training_args) -> dict:
+    return {"compute_metrics": _classification_accuracy}
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a training task trains and with what: the family (None: the preset's or the loaded model's), the Auto
+    class of its head, the bundled corpus it uses by default, the pipeline task its saved folder serves, the
+    preprocessing that builds its dataset, its collator, its trainer class and its metrics; `config_fields` are
+    config fields read off the corpus (a classifier's labels), `reads_pairs` whether it reads both sides of
+    translation pairs."""
+
+    family: str | None
+    auto_class: type
+    dataset: str
+    pipeline_task: str
+    preprocess: Callable[..., datasets.DatasetDict]
+    collator: Callable
+    trainer_class: type[Trainer]
+    metrics: Callable[..., dict]
+    config_fields: Callable[[datasets.DatasetDict, DataArguments], dict] = _no_config_fields
+    reads_pairs: bool = False
+
+
+# task name -> Task(family, Auto class, default corpus, pipeline task, preprocessing, collator, trainer class, metrics,
+# config fields read off the corpus, whether it reads translation pairs)
+TASKS = {
+    "causal-lm": Task(
+        "decoder", transformers.AutoModelForCausalLM, "shakespeare", "text-generation",
+        _causal_lm_dataset, _causal_lm_collator, Trainer, _no_metrics,
+    ),
+    "masked-lm": Task(
+        "encoder", transformers.AutoModelForMaskedLM, "shakespeare", "fill-mask",
+        _masked_lm_dataset, _masked_lm_collator, Trainer, _masked_lm_metrics,
+    ),
+    "translation": Task(
+        "seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "translation",
+        _translation_dataset, _translation_collator, Seq2SeqTrainer, _translation_metrics, reads_pairs=True,
+    ),
+    "span-corruption": Task(
+        "seq2seq", transformers.AutoModelForSeq2SeqLM, "bible-en-de", "text2text-generation",
+        _span_corruption_dataset, _span_corruption_collator, Seq2SeqTrainer, _no_metrics, reads_pairs=True,
+    ),
+    "classification": Task(
+        None, transformers.AutoModelForSequenceClassification, "shakespeare", "text-classification",
+        _classification_dataset, _classification_collator, Trainer, _classification_metrics, _class_labels,
+    ),
+}  # fmt: skip
+
+
 def build_trainer(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> Trainer:
-    """Everything up to `trainer.train()`: data, tokenizer, model, preprocessing, collator, metrics, trainer."""
+    """Everything up to `trainer.train()`: data, tokenizer, model, preprocessing, collator, metrics, trainer, as the
+    task's entry of `TASKS` names them."""
+    definition = TASKS[task]
     transformers.set_seed(training_args.seed)
-    corpus = load_corpus(data_args.dataset_name or TASKS[task].dataset, data_args.dataset_config_name)
+    corpus = load_corpus(data_args.dataset_name or definition.dataset, data_args.dataset_config_name)
     corpus = datasets.DatasetDict(
         train=_select(corpus["train"], data_args.max_train_samples),
         validation=_select(corpus["validation"], data_args.max_eval_samples),
     )
-    fields = {}
-    if task == "classification":
-        labels = sorted({label for split in corpus.values() for label in split[data_args.label_column]})
-        fields = {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
-    model, tokenizer = load_model_and_tokenizer(task, model_args, corpus, data_args, **fields)
-    if model_args.paper_recipe:
-        apply_paper_recipe(training_args, model.config.d_model)
-
-    trainer_class, extra = Trainer, {}
-    if task == "causal-lm":
-        dataset = _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=True)
-        collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
-    elif task == "masked-lm":
-        dataset = _language_model_blocks(corpus, tokenizer, data_args, data_args.block_size, append_eos=False)
-        collator = DataCollatorSeededByBatch(
-            DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability), training_args.seed
-        )
-        extra = {"compute_metrics": _masked_accuracy, "preprocess_logits_for_metrics": _argmax_logits}
-    elif task == "span-corruption":
-        tokens_length, _ = span_corruption_lengths(
-            data_args.max_source_length, data_args.noise_density, data_args.mean_noise_span_length
-        )
-        if "translation" in corpus["train"].column_names:  # pretraining reads both languages as plain text
-            corpus = corpus.map(lambda e: {data_args.text_column: list(_texts(e, task, data_args))}, batched=True,
-                                remove_columns=corpus["train"].column_names)  # fmt: skip
-        dataset = _language_model_blocks(corpus, tokenizer, data_args, tokens_length, append_eos=False)
-        collator = DataCollatorForSpanCorruption(
-            tokenizer, data_args.noise_density, data_args.mean_noise_span_length, training_args.seed, model
-        )
-        trainer_class = Seq2SeqTrainer
-    elif task == "translation":
-        source, target = data_args.source_lang, data_args.target_lang
-
-        def tokenize(examples):
-            pairs = examples["translation"]
-            encoded = tokenizer([p[source] for p in pairs], max_length=data_args.max_source_length, truncation=True)
-            targets = [pair[target] for pair in pairs]
-            encoded["labels"] = tokenizer(
-                text_target=targets, max_length=data_args.max_target_length, truncation=True
-            )["input_ids"]
-            return encoded
-
-        dataset = corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
-        if data_args.max_pair_tokens is not None:
-            limit = data_args.max_pair_tokens
-            dataset = dataset.filter(lambda e: len(e["input_ids"]) <= limit and len(e["labels"]) <= limit)
-        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
-        trainer_class = Seq2SeqTrainer
-        if getattr(training_args, "predict_with_generate", False):
-            extra = {"compute_metrics": _translation_metrics(tokenizer)}
-    else:  # classification
-        label2id = model.config.label2id
-
-        def tokenize(examples):
-            encoded = tokenizer(examples[data_args.text_column], max_length=data_args.block_size, truncation=True)
-            encoded["labels"] = [label2id[label] for label in examples[data_args.label_column]]
-            return encoded
-
-        dataset = corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
-        collator = DataCollatorWithPadding(tokenizer)
-        extra = {"compute_metrics": _classification_accuracy}
-
-    return trainer_class(
+    model, tokenizer = load_model_and_tokenizer(
+        task, model_args, corpus, data_args, **definition.config_fields(corpus, data_args)
+    )
+    if model_args.paper_recipe:  # transformers' --warmup_steps, where given, replaces the paper's 4000
+        given = training_args.warmup_steps
+        recipe = PaperRecipe(warmup_steps=int(given)) if given >= 1 else PaperRecipe()
+        recipe.apply(training_args, model.config.d_model)
+    dataset = definition.preprocess(corpus, tokenizer, model, data_args)
+    return definition.trainer_class(
         model=model,
         args=training_args,
         train_dataset=dataset["train"],
         eval_dataset=dataset["validation"],
         processing_class=tokenizer,
-        data_collator=collator,
-        **extra,
+        data_collator=definition.collator(tokenizer, model, data_args, training_args.seed),
+        **definition.metrics(tokenizer, training_args),
     )
 
 
@@ -384,8 +487,9 @@ def main(task: str, argv: list[str] | None = None) -> dict:
 __all__ = [
     "ModelArguments",
     "DataArguments",
-    "apply_paper_recipe",
-    "paper_learning_rate",
+    "PaperRecipe",
+    "TASKS",
+    "Task",
     "build_trainer",
     "evaluate",
     "save_model_folder",

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from .metrics import ChrF, SacreBleu, perplexity
+from ..metrics import ChrF, SacreBleu, perplexity
 
 
 def unigram_cross_entropy(train_tokens: Iterable[int], eval_tokens: Iterable[int], vocab_size: int) -> float:

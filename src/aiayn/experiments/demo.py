@@ -8,14 +8,14 @@ and reloaded.
    fine-tuned folder answers through `pipeline("text-classification")`, with aiayn and, in a process without it,
    through `trust_remote_code=True`.
 4. The paper's translation model, shrunk, learns English to German on aligned Bible verses (a shared Unigram
-   vocabulary) with the paper's optimization (Adam (0.9, 0.98, 1e-9), a linear warmup then the inverse square root,
-   label smoothing 0.1; no dropout in the CPU's four epochs), and decodes with the paper's beam 4, length penalty
-   0.6 and input length + 50.
+   vocabulary) with the paper's recipe (`training.PaperRecipe`: its Adam, label smoothing and eq. (3)'s warmup then
+   inverse square root, with warmup and peak scaled to the run; no dropout in the CPU's four epochs), and decodes
+   with the paper's beam 4, length penalty 0.6 and input length + 50.
 
 Each is evaluated on held-out text (loss and perplexity, masked-token accuracy, accuracy, BLEU and chrF) beside a
-baseline that learns nothing from context (`aiayn.baselines`), saved as a folder that loads with the Auto classes,
-with aiayn or with `trust_remote_code=True`, and reloaded. `--quick` runs the same pipeline on smaller models and
-fewer steps.
+baseline that learns nothing from context (`baselines`), saved as a folder that loads with the Auto classes, with
+aiayn or with `trust_remote_code=True`, and reloaded. `--quick` runs the same pipeline on smaller models and fewer
+steps.
 """
 
 import json
@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 import transformers
 
+from ..training import TASKS, DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, save_model_folder
 from .baselines import (
     copy_source_scores,
     language_model_baselines,
@@ -35,7 +36,6 @@ from .baselines import (
     masked_lm_baselines,
     unigram_cross_entropy,
 )
-from .training import TASKS, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,9 +53,9 @@ class Run:
     warmup_steps: int
     length: int
     eval_samples: int | None  # None: the whole validation split
-    schedule: str = "cosine"
-    adam: tuple[float, float, float] = (0.9, 0.999, 1e-8)
-    label_smoothing: float = 0.0
+    # The paper's recipe with `warmup_steps` and the peak `learning_rate`; otherwise AdamW (transformers' defaults)
+    # with a cosine schedule and no label smoothing.
+    paper_recipe: bool = False
     mlm_probability: float = 0.15
     max_pair_tokens: int | None = None
     dataset: str | None = None  # the task's corpus when None
@@ -63,31 +63,29 @@ class Run:
     tokenizer_from: str | None = None  # the run whose tokenizer this one uses
 
 
-# The translation run trains with the paper's optimizer, label smoothing and schedule shape (linear warmup, then
-# inverse square root). Its warmup and peak are scaled to a thousand steps: the paper's 4000 warmup steps to
-# d_model^-0.5 * 4000^-0.5 suit runs of 100k steps (`--paper_recipe` in the scripts). Verses of up to 28 tokens
-# (a third of them) teach it alignments in the few epochs a CPU affords; in under four epochs dropout slows it more
-# than it guards against overfitting (1000 steps: BLEU 12.4 without, 9.2 with the paper's 0.1), so the CPU run has
-# none and the longer GPU run keeps the paper's.
-PAPER_OPTIMIZATION = {
-    "schedule": "inverse_sqrt",
-    "adam": (0.9, 0.98, 1e-9),
-    "label_smoothing": 0.1,
-    "max_pair_tokens": 28,
-}
-SHAKESPEARE = {"batch_size": 16, "length": 128, "eval_samples": 400}
+# The translation run trains with the paper's recipe, its warmup and peak scaled to hundreds of steps: the paper's
+# 4000 warmup steps to d_model^-0.5 * 4000^-0.5 suit runs of 100k steps (`--paper_recipe` in the scripts). Verses of
+# up to 28 tokens (a third of them) teach it alignments in the few epochs a CPU affords; in under four epochs dropout
+# slows it more than it guards against overfitting (README, "The demo", has the BLEU with and without), so the CPU
+# run has none and the longer GPU run keeps the paper's.
+PAPER_TRANSLATION = {"paper_recipe": True, "max_pair_tokens": 28}
+# The GPT-style model reads Shakespeare in a byte-level BPE of 512 tokens (about 2.4 characters a token), as
+# nanoGPT's character-level Shakespeare reads characters: in the steps a CPU affords, a small vocabulary learns
+# spelling, metre and the layout of speeches, where a vocabulary of thousands of words strings words together without
+# syntax. Small batches of many steps learn more from the same tokens (README, "The demo", has the runs).
+SHAKESPEARE = {"vocab_size": 512, "batch_size": 16, "length": 128, "eval_samples": 400}
 # The masked LM: narrow, shallow and pre-LN, on blocks of 16 tokens with 40% of them masked (Wettig et al., 2022,
-# "Should You Mask 15% in Masked Language Modeling?"), 256 blocks a step. With as many tokens a step in blocks of 128
-# or 64 it ended on or near the context-free baseline; in blocks of 16 it leaves it late: 500 steps answered subwords
-# where 600 answer words (README, "The demo").
+# "Should You Mask 15% in Masked Language Modeling?"), 256 blocks a step. With as many tokens a step in longer blocks
+# it ended on or near the context-free baseline; in blocks of 16 it leaves it, late: with fewer steps than the demo's
+# it answered subwords where the demo's run answers words (README, "The demo", has the runs).
 ENCODER = {"overrides": "d_model=128,num_heads=4,d_ff=512,num_layers=2,norm_first=true", "vocab_size": 2000}
 MASKED_LM = {**ENCODER, "batch_size": 256, "length": 16, "mlm_probability": 0.4, "eval_samples": 3200}
 # The genre runs: the masked LM's encoder fine-tuned, and the same architecture from scratch, with one recipe.
-GENRE = {**ENCODER, "task": "classification", "dataset": "shakespeare-genres", "steps": 150, "batch_size": 32,
-         "length": 128, "learning_rate": 1e-3, "warmup_steps": 15, "eval_samples": None}  # fmt: skip
+GENRE = {**ENCODER, "task": "classification", "dataset": "shakespeare-genres", "steps": 100, "batch_size": 32,
+         "length": 128, "learning_rate": 1e-3, "warmup_steps": 10, "eval_samples": None}  # fmt: skip
 FULL = (
-    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=200, learning_rate=1e-3,
-        warmup_steps=20, overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=4", vocab_size=4000, **SHAKESPEARE),
+    Run(name="gpt-shakespeare", task="causal-lm", preset="tiny-decoder", steps=300, learning_rate=2e-3,
+        warmup_steps=30, overrides="d_model=192,num_heads=4,d_ff=768,num_layers=4,dropout=0.0", **SHAKESPEARE),
     Run(name="bert-shakespeare", task="masked-lm", preset="tiny-encoder", steps=600, learning_rate=2e-3,
         warmup_steps=60, **MASKED_LM),
     Run(name="genre-finetuned", preset="tiny-encoder", weights_from="bert-shakespeare", **GENRE),
@@ -95,14 +93,15 @@ FULL = (
     Run(name="transformer-en-de", task="translation", preset="transformer-base",
         overrides="d_model=256,num_heads=4,d_ff=1024,num_layers=3,num_decoder_layers=3,dropout=0.0", vocab_size=4000,
         steps=1000, batch_size=32, learning_rate=7e-4, warmup_steps=100, length=48, eval_samples=600,
-        **PAPER_OPTIMIZATION),
+        **PAPER_TRANSLATION),
 )  # fmt: skip
 # `--quick`: the same runs, narrower, shorter and on smaller vocabularies.
 QUICK_SIZE = {"overrides": "d_model=64,num_heads=4,d_ff=256,num_layers=2", "vocab_size": 1000}
 QUICK_ENCODER = {**QUICK_SIZE, "overrides": QUICK_SIZE["overrides"] + ",norm_first=true"}
 QUICK = (
     replace(FULL[0], steps=120, learning_rate=2e-3, warmup_steps=12, length=64, eval_samples=64, **QUICK_SIZE),
-    replace(FULL[1], steps=120, warmup_steps=12, batch_size=128, eval_samples=512, **QUICK_ENCODER),
+    replace(FULL[1], steps=800, learning_rate=3e-3, warmup_steps=80, batch_size=128, eval_samples=512,
+            **QUICK_ENCODER),
     *(replace(run, steps=40, warmup_steps=4, length=64, **QUICK_ENCODER) for run in FULL[2:4]),
     replace(FULL[4], overrides="d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2,dropout=0.0",
             vocab_size=1000, steps=150, learning_rate=1e-3, warmup_steps=15, length=32, eval_samples=32),
@@ -131,9 +130,11 @@ def demo_runs(quick: bool) -> tuple[Run, ...]:
 
 SHAKESPEARE_PROMPT = "ROMEO:\n"
 MASKED_LINES = ("To be, or not to be, that is the [MASK].", "Now is the winter of our [MASK] made glorious summer.")
-SOURCES = (
-    "In the beginning God created the heavens and the earth.",
-    "Blessed are the peacemakers, for they shall be called children of God.",
+# Verses of chapters the translation model never sees (Exodus 20 and 10), with the corpus's German.
+HELD_OUT_VERSES = (
+    ("God spoke all these words, saying,", "Und Gott redete alle diese Worte und sprach:"),
+    ("You shall have no other gods before me.", "Du sollst keine anderen Götter haben neben mir. -"),
+    ("He went out from Pharaoh, and prayed to Yahweh.", "Da ging er von dem Pharao hinaus und flehte zu Jehova."),
 )
 # The opening words of three speeches from held-out plays (Macbeth, Henry IV part 1, The Comedy of Errors).
 SPEECH_OPENINGS = ("MACBETH:\nShe should have died hereafter;", "FALSTAFF:\nIndeed, you come near me now, Hal;",
@@ -159,19 +160,20 @@ def train_run(
         mlm_probability=run.mlm_probability,
         max_eval_samples=run.eval_samples,
     )
-    beta1, beta2, epsilon = run.adam
+    if run.paper_recipe:
+        optimization = PaperRecipe(run.warmup_steps, run.learning_rate).training_arguments()
+    else:
+        optimization = {
+            "learning_rate": run.learning_rate,
+            "warmup_steps": run.warmup_steps,
+            "lr_scheduler_type": "cosine",
+        }
     training_args = transformers.Seq2SeqTrainingArguments(
         output_dir=output_dir,
         max_steps=run.steps,
         per_device_train_batch_size=run.batch_size,
         per_device_eval_batch_size=2 * run.batch_size,
-        learning_rate=run.learning_rate,
-        warmup_steps=run.warmup_steps,
-        lr_scheduler_type=run.schedule,
-        adam_beta1=beta1,
-        adam_beta2=beta2,
-        adam_epsilon=epsilon,
-        label_smoothing_factor=run.label_smoothing,
+        **optimization,
         logging_steps=max(run.steps // 20, 1),
         eval_strategy="no",
         save_strategy="no",
@@ -201,7 +203,7 @@ def train_run(
         from .plots import save_run_plots
     except ImportError:  # the `plot` extra is not installed
         return trainer, metrics
-    sample = SOURCES[0] if run.task == "translation" else "O Romeo, Romeo! wherefore art thou Romeo?"
+    sample = HELD_OUT_VERSES[0][0] if run.task == "translation" else "O Romeo, Romeo! wherefore art thou Romeo?"
     save_run_plots(output_dir, trainer, sample)
     return trainer, metrics
 
@@ -238,14 +240,15 @@ def baselines(task: str, trainer: transformers.Trainer) -> dict:
 
 
 def show_gpt(folder: str) -> list[str]:
-    """Samples from the saved GPT-style model, reloaded with AutoModelForCausalLM."""
+    """Samples of 120 tokens from the saved GPT-style model, reloaded with AutoModelForCausalLM. The end of a speech
+    is suppressed (`min_new_tokens`), so that each sample runs on as one speech."""
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     prompt = tokenizer(SHAKESPEARE_PROMPT, return_tensors="pt")
     samples = []
     for settings in ({"temperature": 0.8, "top_k": 40}, {"temperature": 1.0, "top_k": 200}):
         torch.manual_seed(0)
-        output = model.generate(**prompt, do_sample=True, max_new_tokens=80, **settings)
+        output = model.generate(**prompt, do_sample=True, max_new_tokens=120, min_new_tokens=120, **settings)
         text = tokenizer.decode(output[0], skip_special_tokens=True)
         samples.append(text)
         print(f"\n--- sample (temperature {settings['temperature']}, top-k {settings['top_k']}) ---\n{text}")
@@ -264,13 +267,15 @@ def show_bert(folder: str) -> list[list[str]]:
 
 
 def show_translations(folder: str) -> list[str]:
-    """Translations by the saved seq2seq model, reloaded with AutoModelForSeq2SeqLM, with the paper's decoding."""
+    """Translations of held-out verses by the saved seq2seq model, reloaded with AutoModelForSeq2SeqLM, with the
+    paper's decoding, each beside the corpus's German."""
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    inputs = tokenizer(list(SOURCES), return_tensors="pt", padding=True)
+    sources = [source for source, _ in HELD_OUT_VERSES]
+    inputs = tokenizer(sources, return_tensors="pt", padding=True)
     outputs = tokenizer.batch_decode(model.generate(**inputs), skip_special_tokens=True)
-    for source, translation in zip(SOURCES, outputs, strict=True):
-        print(f"{source}\n  ->  {translation}")
+    for (source, reference), translation in zip(HELD_OUT_VERSES, outputs, strict=True):
+        print(f"{source}\n  ->  {translation}\n  (the corpus: {reference})")
     return outputs
 
 

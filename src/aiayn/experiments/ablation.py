@@ -1,12 +1,12 @@
 """The paper's Table 3 at the scale of one machine (`aiayn ablate`), and the same-budget comparison with transformers'
 own implementation of the architecture, `MarianMTModel` (`aiayn versus-marian`).
 
-Every run trains a translation model on the bundled English-German verses (`bible-en-de`) with the paper's recipe,
-scaled to short runs: Adam (0.9, 0.98, 1e-9), linear warmup then inverse square root (eq. 3's shape, warmup and peak
-scaled to hundreds of steps), label smoothing 0.1, residual and embedding dropout 0.1 (sections 5.3, 5.4). All runs
-share one tokenizer, one data order per seed and the validation split. They report the validation perplexity per
-token (the cross-entropy without label smoothing) and BLEU / chrF of beam search with beam 4 and length penalty 0.6
-(section 6.1), as Table 3 does on newstest2013 (the paper's perplexity is per word-piece of its own vocabulary).
+Every run trains a translation model on the bundled English-German verses (`bible-en-de`) with the paper's recipe
+(`training.PaperRecipe`: its Adam, label smoothing 0.1 and eq. (3)'s shape, with warmup and peak scaled to hundreds of
+steps) and residual and embedding dropout 0.1 (sections 5.3, 5.4). All runs share one tokenizer, one data order per
+seed and the validation split. They report the validation perplexity per token (the cross-entropy without label
+smoothing) and BLEU / chrF of beam search with beam 4 and length penalty 0.6 (section 6.1), as Table 3 does on
+newstest2013 (the paper's perplexity is per word-piece of its own vocabulary).
 
 The base row is the paper's base model with widths divided by 4 and depth by 2: d_model 128, d_ff 512, h 8,
 d_k = d_v = 16, N = 3. Each variation of Table 3 is applied to that base the same way (row A keeps
@@ -27,12 +27,15 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from .data import load_corpus
-from .tokenization import train_tokenizer
-from .training import DataArguments, ModelArguments, build_trainer, evaluate
+from ..conversion import bart_layer_weights
+from ..data import load_corpus
+from ..modeling_aiayn import AiaynSinusoidalPositionEmbedding
+from ..tokenization import train_tokenizer
+from ..training import DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate
 
 MAX_PAIR_TOKENS = 28  # verses of up to 28 tokens a side: a third of the corpus, learnt from in minutes
 MARIAN_POSITIONS = 512
+WARMUP_STEPS, PEAK_LEARNING_RATE = 100, 1e-3  # eq. (3)'s shape over runs of hundreds of steps
 BASE = {"d_model": 128, "d_ff": 512, "num_heads": 8, "d_kv": 16, "num_layers": 3, "num_decoder_layers": 3}
 
 
@@ -126,19 +129,14 @@ def shared_tokenizer(folder: str, vocab_size: int, train_samples: int | None) ->
 
 
 def training_arguments(output_dir: str, budget: Budget, label_smoothing: float, seed: int, use_cpu: bool):
+    """The arguments of every run, aiayn's and Marian's: the paper's recipe with `label_smoothing`, over `budget`."""
+    recipe = PaperRecipe(WARMUP_STEPS, PEAK_LEARNING_RATE, label_smoothing)
     return transformers.Seq2SeqTrainingArguments(
         output_dir=output_dir,
         max_steps=budget.steps if budget.steps is not None else 10**7,  # a time budget stops the run instead
         per_device_train_batch_size=32,
         per_device_eval_batch_size=64,
-        learning_rate=1e-3,
-        warmup_steps=100,
-        lr_scheduler_type="inverse_sqrt",
-        adam_beta1=0.9,
-        adam_beta2=0.98,
-        adam_epsilon=1e-9,
-        weight_decay=0.0,
-        label_smoothing_factor=label_smoothing,
+        **recipe.training_arguments(),
         predict_with_generate=True,
         eval_strategy="no",
         save_strategy="no",
@@ -270,34 +268,16 @@ def ablate(out: str, rows: tuple[str, ...] = ROWS, budget: Budget = Budget(secon
 
 def marian_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The state dict of a `MarianMTModel` computing what the aiayn seq2seq `model` of the paper's layout computes
-    (post-LN, tied scaled embeddings, sinusoids): projections split or renamed, and aiayn's interleaved sinusoids in
-    Marian's position tables (Marian lays out all sines, then all cosines)."""
-    from .modeling_aiayn import AiaynSinusoidalPositionEmbedding
-
+    (post-LN, tied scaled embeddings, sinusoids): each layer's weights under Marian's names, which are BART's
+    (`conversion.bart_layer_weights` splits the fused projections), and aiayn's interleaved sinusoids in Marian's
+    position tables (Marian lays out all sines, then all cosines)."""
     source, config = model.state_dict(), model.config
     positions = torch.arange(MARIAN_POSITIONS, device=model.device)[None]
     sinusoids = AiaynSinusoidalPositionEmbedding(config.d_model)(positions)[0]
     weights = {"model.shared.weight": source["model.shared.weight"]}
-
-    def copy(marian: list[str], aiayn: str):  # one aiayn projection, or the rows of a fused one, to Marian's
-        for name in ("weight", "bias"):
-            for part, rows in zip(marian, source[f"{aiayn}.{name}"].chunk(len(marian)), strict=True):
-                weights[f"{part}.{name}"] = rows
-
     for side, count in (("encoder", config.num_layers), ("decoder", config.num_decoder_layers)):
         for i in range(count):
-            layer = f"model.{side}.layers.{i}"
-            copy([f"{layer}.self_attn.{p}_proj" for p in "qkv"], f"{layer}.self_attn.qkv_proj")
-            copy([f"{layer}.self_attn.out_proj"], f"{layer}.self_attn.o_proj")
-            copy([f"{layer}.self_attn_layer_norm"], f"{layer}.self_attn_norm")
-            copy([f"{layer}.fc1"], f"{layer}.ffn.up_proj")
-            copy([f"{layer}.fc2"], f"{layer}.ffn.down_proj")
-            copy([f"{layer}.final_layer_norm"], f"{layer}.ffn_norm")
-            if side == "decoder":
-                copy([f"{layer}.encoder_attn.q_proj"], f"{layer}.cross_attn.q_proj")
-                copy([f"{layer}.encoder_attn.k_proj", f"{layer}.encoder_attn.v_proj"], f"{layer}.cross_attn.kv_proj")
-                copy([f"{layer}.encoder_attn.out_proj"], f"{layer}.cross_attn.o_proj")
-                copy([f"{layer}.encoder_attn_layer_norm"], f"{layer}.cross_attn_norm")
+            weights.update(bart_layer_weights(source, f"model.{side}.layers.{i}", side == "decoder"))
         weights[f"model.{side}.embed_positions.weight"] = sinusoids
     return weights
 
