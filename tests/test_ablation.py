@@ -105,7 +105,8 @@ def test_marian_computes_what_aiayn_computes_from_the_same_weights():
         ours = aiayn(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
         theirs = marian(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits
     assert ours.std() > 3
-    torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-5)  # 0.0 measured; a few ulps of logits near 16
+    # 0.0 measured; 4e-6 is two float32 steps of logits near 16, for kernels that round otherwise on other CPUs
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=4e-6)
     search = {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": 8, "min_new_tokens": 8}
     torch.testing.assert_close(
         aiayn.generate(source, attention_mask=mask, **search), marian.generate(source, attention_mask=mask, **search)
