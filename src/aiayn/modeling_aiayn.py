@@ -503,7 +503,7 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
     def maybe_distribute_model(cls, model, distributed_config, mesh_manager):
         """transformers' sharding, refusing a head count the tensor-parallel ranks do not divide: each rank computes
         whole heads, so a fused projection's rows split between heads would mix them."""
-        tp_size = getattr(distributed_config, "tp_size", 1) or 1
+        tp_size = distributed_config.tp_size if distributed_config is not None else 1
         if tp_size > 1 and model.config.num_heads % tp_size:
             raise ValueError(
                 f"Tensor parallelism over {tp_size} ranks needs num_heads divisible by {tp_size}; "
