@@ -60,6 +60,7 @@ def test_explicit_d_kv_allows_heads_that_do_not_divide_d_model():
             "relative_attention_num_buckets",
         ),
         ({"rope_theta": 10000.0}, "rope_theta"),
+        ({"sliding_window": 0}, "sliding_window"),
         ({"position_embedding_type": "rotary", "rope_theta": 0.0}, "rope_theta"),
         ({"position_embedding_type": "rotary", "d_model": 36, "num_heads": 4}, "d_kv must be even"),
         ({"d_model": 33, "num_heads": 1}, "d_model must be even"),

@@ -94,6 +94,13 @@ class AiaynConfig(PreTrainedConfig):
         relative_attention_num_buckets, relative_attention_max_distance: T5's bucketing (32 and 128); only with
             relative positions.
         rope_theta: base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
+        sliding_window: local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
+            semantics): a causal position attends to the `sliding_window` most recent positions, itself included
+            (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side (Longformer's
+            window). None (the default) is the paper's full attention. Encoder-decoder attention stays full; decoding
+            caches keep at most `sliding_window` keys and values per layer; encoders also take a
+            `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
+            block, at a cost linear in their length (`local_attention_aiayn.BandedAttention`).
 
     Layers:
         norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
@@ -146,6 +153,7 @@ class AiaynConfig(PreTrainedConfig):
     relative_attention_num_buckets: int | None = positive(default=None)
     relative_attention_max_distance: int | None = positive(default=None)
     rope_theta: float | int | None = positive(default=None)
+    sliding_window: int | None = positive(default=None)
 
     norm_first: bool = False
     norm_type: NormType = "layernorm"

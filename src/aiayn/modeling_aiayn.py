@@ -15,10 +15,15 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
 from transformers.generation import GenerationMixin
 from transformers.loss.loss_utils import fixed_cross_entropy
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_bidirectional_sliding_window_mask,
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPastAndCrossAttentions,
@@ -36,6 +41,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_aiayn import AiaynConfig
 from .layout_aiayn import lay_out_for_decoding, restore_standard_layout, restore_standard_layout_hook
+from .local_attention_aiayn import BandedAttention, BandGeometry, global_tokens_overlay
 from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
 from .policy_aiayn import (
     AiaynCheckpointBase,
@@ -160,17 +166,26 @@ class AiaynRelativePositionBias(nn.Module):
         self.max_distance = config.relative_attention_max_distance
         self.embedding = nn.Embedding(self.num_buckets, config.num_heads)
 
-    def forward(self, query_length: int, key_length: int, past_length: int | torch.Tensor = 0) -> torch.Tensor:
-        """The `(1, heads, query_length, key_length)` bias of queries at `past_length + i` over keys at `j`."""
+    def forward(
+        self,
+        query_length: int,
+        key_length: int,
+        past_length: int | torch.Tensor = 0,
+        key_offset: int | torch.Tensor = 0,
+    ) -> torch.Tensor:
+        """The `(1, heads, query_length, key_length)` bias of queries at `past_length + i` over keys at
+        `key_offset + j` (a sliding-window cache holds the most recent keys only)."""
         device = self.embedding.weight.device
         query_position = torch.arange(query_length, device=device)[:, None] + past_length
-        key_position = torch.arange(key_length, device=device)[None, :]
-        buckets = relative_position_bucket(
-            key_position - query_position, self.bidirectional, self.num_buckets, self.max_distance
-        )
+        key_position = torch.arange(key_length, device=device)[None, :] + key_offset
         # Made contiguous with the heads outermost: laid out as the embedding rows (heads innermost), the bias would
         # pass that layout on to the (batch, heads, queries, keys) mask, which the fused sdpa kernels do not take.
-        return self.embedding(buckets).permute(2, 0, 1).contiguous().unsqueeze(0)
+        return self.bias_of(key_position - query_position).contiguous().unsqueeze(0)
+
+    def bias_of(self, relative_position: torch.Tensor) -> torch.Tensor:
+        """The bias of each `key_position - query_position` in `relative_position`, heads first: `(heads, *shape)`."""
+        buckets = relative_position_bucket(relative_position, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.embedding(buckets).movedim(-1, 0)
 
 
 def eager_attention_forward(
@@ -202,8 +217,9 @@ class AttentionInputs:
     """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
     states, built once per forward by `AiaynStack`: the `mask` in the form the attention backend takes (the relative
     position bias folded in, except for flex attention, which takes `position_bias` separately), the rotary
-    `(cos, sin)` tables, and the `fully_masked` queries that may attend to no key (see `open_fully_masked_queries`).
-    A new position type adds its tables here and builds them in the stack."""
+    `(cos, sin)` tables, the `fully_masked` queries that may attend to no key (see `open_fully_masked_queries`), and,
+    for local attention over a long sequence, the `band` that replaces the mask (`BandedAttention`). A new position
+    type adds its tables here and builds them in the stack."""
 
     def __init__(
         self,
@@ -211,11 +227,13 @@ class AttentionInputs:
         fully_masked: torch.Tensor | None = None,
         position_bias: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+        band: BandedAttention | None = None,
     ):
         self.mask = mask
         self.fully_masked = fully_masked
         self.position_bias = position_bias
         self.rotary = rotary
+        self.band = band
 
 
 class AiaynAttention(nn.Module):
@@ -248,31 +266,38 @@ class AiaynAttention(nn.Module):
         inputs: AttentionInputs,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values, then `W^O`. Queries that may attend
-        to no key (`inputs.fully_masked`) get zero attention output and weights."""
+        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values, then `W^O`: through the mask, or
+        block by block through `inputs.band` (which returns no weights). Queries that may attend to no key
+        (`inputs.fully_masked`) get zero attention output and weights."""
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
         )
         if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
             attention_interface = eager_attention_forward
-        mask = self.heads_of_this_rank(inputs.mask, query.shape[1])
-        if "position_bias" in kwargs:
-            kwargs["position_bias"] = self.heads_of_this_rank(kwargs["position_bias"], query.shape[1])
         dropout = self.attention_dropout if self.training else 0.0
-        if dropout and value.device.type == "cpu" and self.config._attn_implementation == "sdpa":
-            # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the values
-            # for the backward as given: a view of the fused projection would keep all of its output alive.
-            value = value.contiguous()
-        output, weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            mask,
-            dropout=dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
+        if inputs.band is not None:
+            output = inputs.band.attend(
+                attention_interface, self, query, key, value, dropout=dropout, scaling=self.scaling, **kwargs
+            )
+            weights = None
+        else:
+            mask = self.heads_of_this_rank(inputs.mask, query.shape[1])
+            if "position_bias" in kwargs:
+                kwargs["position_bias"] = self.heads_of_this_rank(kwargs["position_bias"], query.shape[1])
+            if dropout and value.device.type == "cpu" and self.config._attn_implementation == "sdpa":
+                # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the
+                # values for the backward as given: a view of the fused projection would keep all of its output alive.
+                value = value.contiguous()
+            output, weights = attention_interface(
+                self,
+                query,
+                key,
+                value,
+                mask,
+                dropout=dropout,
+                scaling=self.scaling,
+                **kwargs,
+            )
         if inputs.fully_masked is not None:
             output = output.masked_fill(inputs.fully_masked.transpose(1, 2), 0.0)
             weights = weights.masked_fill(inputs.fully_masked, 0.0) if weights is not None else None
@@ -295,6 +320,10 @@ class AiaynSelfAttention(AiaynAttention):
     def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool):
         super().__init__(config, layer_idx, is_causal)
         self.qkv_proj = nn.Linear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
+        # The window in flash attention's terms, which the other backends ignore (their masks hold it): it spans
+        # `sliding_window - 1` keys on either side, so a bidirectional window of distance w is w + 1.
+        window = config.sliding_window
+        self.sliding_window = None if window is None else window + (0 if is_causal else 1)
 
     def forward(
         self,
@@ -312,6 +341,8 @@ class AiaynSelfAttention(AiaynAttention):
             key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)  # a paged cache fills in kwargs
         if inputs.position_bias is not None:
             kwargs["position_bias"] = inputs.position_bias
+        if self.sliding_window is not None:
+            kwargs["sliding_window"] = self.sliding_window
         return self.attend(query, key, value, inputs, **kwargs)
 
 
@@ -335,6 +366,8 @@ class AiaynCrossAttention(AiaynAttention):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         (query,) = self.project(self.q_proj, hidden_states, 1)
+        if cache is not None:
+            check_full_cross_attention_cache(cache.cross_attention_cache, self.layer_idx)
         if cache is not None and cache.is_updated.get(self.layer_idx):
             layer = cache.cross_attention_cache.layers[self.layer_idx]
             key, value = layer.keys, layer.values
@@ -555,6 +588,26 @@ class AiaynGenerationMixin(GenerationMixin):
             lay_out_for_decoding(self.decoding_step_modules())
         return super().generate(inputs, generation_config, *args, **kwargs)
 
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        """`GenerationMixin._prepare_cache_for_generation`, whose encoder-decoder cache would give encoder-decoder
+        attention the sliding-window layers of `config.sliding_window`: that cache is built without the window, as
+        the source is read whole."""
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("cache")
+        if (
+            not isinstance(cache, EncoderDecoderCache)
+            or getattr(cache, "_is_user_defined", False)
+            or self.config.sliding_window is None
+        ):
+            return
+        if isinstance(cache.cross_attention_cache, StaticCache):
+            config = self.config.get_text_config(decoder=True)  # a copy (`AiaynSeq2SeqConfig.get_text_config`)
+            config.sliding_window = None
+            source_length = model_kwargs["encoder_outputs"][0].shape[1]
+            cache.cross_attention_cache = StaticCache(config=config, max_cache_len=source_length)
+        else:
+            cache.cross_attention_cache = DynamicCache()
+
     def init_continuous_batching(self, *args, **kwargs):
         """`GenerationMixin.init_continuous_batching` (behind `generate_batch` and `transformers serve
         --continuous-batching`), refused up front where it cannot run the model (`check_continuous_batching`)."""
@@ -584,6 +637,18 @@ def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | N
     if attention_mask.dtype == torch.bool:
         return attention_mask | fully_masked, fully_masked
     return attention_mask.masked_fill(fully_masked, 0.0), fully_masked
+
+
+def check_full_cross_attention_cache(cache: Cache, layer_idx: int):
+    """Raises `ValueError` when encoder-decoder attention would cache its keys in a sliding-window layer, which keeps
+    only the last keys of the source: a `DynamicCache(config=...)` or `StaticCache` of a config with
+    `sliding_window`. (`generate()` and the model build full caches for it.)"""
+    if layer_idx < len(cache.layers) and getattr(cache.layers[layer_idx], "is_sliding", False):
+        raise ValueError(
+            "The cross-attention cache has sliding-window layers, which would keep only the last keys of the source. "
+            "Encoder-decoder attention reads the whole source: build it without the config's window, e.g. "
+            "EncoderDecoderCache(DynamicCache(config=config), DynamicCache())."
+        )
 
 
 def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
@@ -667,16 +732,24 @@ class AiaynStack(AiaynPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        r"""
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Bidirectional stacks only: 1 marks the global tokens (Longformer), which attend to every position and which
+            every position attends to, whatever `sliding_window`; 0 the tokens that attend within their window.
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Specify exactly one of input_ids and inputs_embeds.")
         if not self.is_causal:
             cache = None
         elif use_cache and cache is None:
+            # Sliding-window layers where the config has a window (transformers reads `config.sliding_window`);
+            # encoder-decoder attention always reads the whole source.
             cache = DynamicCache(config=self.config)
             if self.has_cross_attention:
-                cache = EncoderDecoderCache(cache, DynamicCache(config=self.config))
+                cache = EncoderDecoderCache(cache, DynamicCache())
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # A paged cache (continuous batching) packs many sequences: their positions come with the inputs.
         past_length = self_attention_cache.get_seq_length() if isinstance(self_attention_cache, Cache) else 0
@@ -690,13 +763,14 @@ class AiaynStack(AiaynPreTrainedModel):
             encoder_hidden_states,
             encoder_attention_mask,
         )
+        self._check_global_attention_mask(global_attention_mask, (batch_size, seq_length))
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask, past_length, seq_length, tokens.device)
         self._check_positions(position_ids)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
         self_attention_inputs = self._self_attention_inputs(
-            hidden_states, attention_mask, self_attention_cache, position_ids, past_length
+            hidden_states, attention_mask, self_attention_cache, position_ids, past_length, global_attention_mask
         )
         cross_attention_inputs = (
             self._cross_attention_inputs(hidden_states, encoder_hidden_states, encoder_attention_mask)
@@ -746,6 +820,27 @@ class AiaynStack(AiaynPreTrainedModel):
                 f"{encoder_hidden_states.shape[1]} source tokens",
             )
 
+    def _check_global_attention_mask(self, global_attention_mask: torch.Tensor | None, shape: tuple[int, int]):
+        """Global tokens need bidirectional attention, a mask shaped like the inputs, and a backend that can mix them
+        into the window."""
+        if global_attention_mask is None:
+            return
+        if self.is_causal:
+            raise ValueError(
+                "global_attention_mask marks tokens that attend to every position, which needs bidirectional "
+                "attention: encoders (and the encoder of a seq2seq model) take it; a causal decoder does not."
+            )
+        if tuple(global_attention_mask.shape) != shape:
+            raise ValueError(
+                f"global_attention_mask has shape {tuple(global_attention_mask.shape)}, but the inputs have shape "
+                f"{shape}: one 0 or 1 per token."
+            )
+        if self.config._attn_implementation.startswith("flash"):
+            raise ValueError(
+                "Flash attention takes a window but no global tokens; use attn_implementation='sdpa', "
+                "'flex_attention' or 'eager' with global_attention_mask."
+            )
+
     def _check_positions(self, position_ids: torch.Tensor):
         """Learned positions exist up to `max_position_embeddings`; the other types extend to any length."""
         if (
@@ -770,11 +865,77 @@ class AiaynStack(AiaynPreTrainedModel):
         cache: Cache | None,
         position_ids: torch.Tensor,
         past_length: int | torch.Tensor,
+        global_attention_mask: torch.Tensor | None = None,
     ) -> AttentionInputs:
-        """What every layer's self-attention reads: the mask (causal in decoders, padding only in encoders) with the
-        relative position bias folded in, the rotary tables, and the fully masked queries."""
+        """What every layer's self-attention reads: the mask (causal in decoders, padding only in encoders; within
+        the sliding window, global tokens added) with the relative position bias folded in, or the band that replaces
+        it for a long sequence; the rotary tables; and the fully masked queries."""
+        batch_size, query_length = hidden_states.shape[:2]
+        if self._attends_in_bands(batch_size, query_length, cache, global_attention_mask):
+            bias = self.relative_position_bias
+            band = BandedAttention(
+                self.config.sliding_window,
+                self.is_causal,
+                batch_size,
+                query_length,
+                attention_mask,
+                global_attention_mask,
+                bias.bias_of if bias is not None else None,
+                attention_dtype(hidden_states),
+                hidden_states.device,
+            )
+            inputs = AttentionInputs(fully_masked=band.fully_masked, band=band)
+        else:
+            mask = self._self_attention_mask(hidden_states, attention_mask, cache, position_ids, global_attention_mask)
+            inputs = AttentionInputs(*open_fully_masked_queries(mask))
+            if self.relative_position_bias is not None:
+                key_length, key_offset = (
+                    cache.get_mask_sizes(query_length, 0) if cache is not None else (query_length, 0)
+                )
+                bias = self.relative_position_bias(query_length, key_length, past_length, key_offset)
+                bias = bias.to(attention_dtype(hidden_states))
+                inputs.mask, inputs.position_bias = self._add_position_bias(inputs.mask, bias, batch_size)
+        if self.rotary_embedding is not None:
+            inputs.rotary = self.rotary_embedding(position_ids, hidden_states.dtype)
+        return inputs
+
+    def _attends_in_bands(
+        self,
+        batch_size: int,
+        query_length: int,
+        cache: Cache | None,
+        global_attention_mask: torch.Tensor | None,
+    ) -> bool:
+        """Whether self-attention runs block by block (`BandedAttention`): with a sliding window and sdpa, when the
+        queries attend to their own keys only (no cache, or a cache's first call) and the bands hold at most half of
+        the scores a masked kernel computes. Global tokens, whose number depends on the values of the mask, take the
+        masked path while compiling."""
+        window = self.config.sliding_window
+        if window is None or batch_size == 0 or self.config._attn_implementation != "sdpa":
+            return False
+        if global_attention_mask is not None and torch.compiler.is_compiling():
+            return False
+        if cache is not None and (
+            not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(query_length, 0)) != (query_length, 0)
+        ):
+            return False  # keys other than the queries' own: decoding steps, a paged cache
+        return BandGeometry(window, self.is_causal).is_cheaper(query_length)
+
+    def _self_attention_mask(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None,
+        position_ids: torch.Tensor,
+        global_attention_mask: torch.Tensor | None,
+    ):
+        """transformers' mask of the self-attention, in the form the attention backend takes: causal or
+        bidirectional, within `config.sliding_window` where it is set, global tokens added."""
+        windowed = self.config.sliding_window is not None
+        overlay = global_tokens_overlay(global_attention_mask) if global_attention_mask is not None else None
         if self.is_causal:
-            mask = create_causal_mask(
+            create = create_sliding_window_causal_mask if windowed else create_causal_mask
+            return create(
                 config=self.config,
                 inputs_embeds=hidden_states,
                 attention_mask=attention_mask,
@@ -783,20 +944,13 @@ class AiaynStack(AiaynPreTrainedModel):
                 # A position bias is added to the mask, so the causal pattern must be materialised.
                 allow_is_causal_skip=self.relative_position_bias is None,
             )
-        else:
-            mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-            )
-        inputs = AttentionInputs(*open_fully_masked_queries(mask))
-        if self.relative_position_bias is not None:
-            batch_size, query_length = hidden_states.shape[:2]
-            key_length = cache.get_mask_sizes(query_length, 0)[0] if cache is not None else query_length
-            bias = self.relative_position_bias(query_length, key_length, past_length)
-            bias = bias.to(attention_dtype(hidden_states))
-            inputs.mask, inputs.position_bias = self._add_position_bias(inputs.mask, bias, batch_size)
-        if self.rotary_embedding is not None:
-            inputs.rotary = self.rotary_embedding(position_ids, hidden_states.dtype)
-        return inputs
+        create = create_bidirectional_sliding_window_mask if windowed else create_bidirectional_mask
+        return create(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            or_mask_function=overlay,
+        )
 
     def _cross_attention_inputs(
         self,
@@ -859,6 +1013,11 @@ def last_token_index(
         return torch.full((batch_size,), seq_length - 1, device=device)
     positions = torch.arange(seq_length, device=device)
     return (positions * is_real.to(device)).argmax(-1)
+
+
+def with_global_tokens(kwargs: dict, global_attention_mask: torch.Tensor | None) -> dict:
+    """A head's keyword arguments for its base model, with `global_attention_mask` where it was given."""
+    return kwargs if global_attention_mask is None else {**kwargs, "global_attention_mask": global_attention_mask}
 
 
 def carried_fields(outputs: ModelOutput, output_class: type[ModelOutput]) -> dict:
@@ -929,14 +1088,23 @@ class AiaynForSequenceClassification(AiaynHeadModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Encoders only: 1 at global tokens (see `AiaynStack.forward`). With a sliding window, an encoder makes its
+            pooled first token global unless this is given.
         """
         outputs, ids, mask = self.base_model_outputs(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            **with_global_tokens(kwargs, global_attention_mask),
         )
         logits = self.classifier(self.sequence_features(outputs, ids, mask))
         loss = sequence_classification_loss(logits, labels, self.config, **kwargs) if labels is not None else None
@@ -964,15 +1132,23 @@ class AiaynForTokenClassification(AiaynHeadModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             A class index per token; -100 for tokens that have none.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Encoders only: 1 at global tokens (see `AiaynStack.forward`).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            **with_global_tokens(kwargs, global_attention_mask),
         )
         logits = self.classifier(outputs.last_hidden_state)
         loss = None
@@ -1004,15 +1180,23 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
         r"""
         start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Token indices of the answer span; positions outside the sequence are ignored.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Encoders only: 1 at global tokens, such as the question's (see `AiaynStack.forward`).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            inputs_embeds,
+            **with_global_tokens(kwargs, global_attention_mask),
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
         loss = None
@@ -1044,6 +1228,7 @@ class AiaynForMultipleChoice(AiaynHeadModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         r"""
@@ -1051,11 +1236,18 @@ class AiaynForMultipleChoice(AiaynHeadModel):
             One sequence per choice; the other inputs have the same leading dimensions.
         labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             Index of the correct choice.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            1 at global tokens (see `AiaynStack.forward`); with a sliding window, the pooled first token of each
+            choice is global unless this is given.
         """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
-        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        one_sequence_per_row = [tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs]
-        outputs, ids, mask = self.base_model_outputs(*one_sequence_per_row, **kwargs)
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, global_attention_mask)
+        *one_sequence_per_row, global_attention_mask = [
+            tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs
+        ]
+        outputs, ids, mask = self.base_model_outputs(
+            *one_sequence_per_row, **with_global_tokens(kwargs, global_attention_mask)
+        )
         logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
         loss = None
         if labels is not None:

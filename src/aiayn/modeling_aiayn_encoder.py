@@ -45,6 +45,19 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
         """BERT classifies a sequence from its pooled first token."""
         return outputs.pooler_output
 
+    def base_model_outputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+        """With a sliding window, the first token, which a pooled head reads, is a global token unless a
+        `global_attention_mask` says otherwise (Longformer's classifiers): it then reads the whole sequence."""
+        pooled = self.model.pooler is not None
+        if self.config.sliding_window is not None and pooled and kwargs.get("global_attention_mask") is None:
+            tokens = input_ids if input_ids is not None else inputs_embeds
+            first_token = torch.zeros(tokens.shape[:2], dtype=torch.long, device=tokens.device)
+            first_token[:, 0] = 1
+            kwargs["global_attention_mask"] = first_token
+        return super().base_model_outputs(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+        )
+
 
 class AiaynEncoderPooler(nn.Module):
     """BERT's pooler: a dense layer and tanh over the first token's final hidden state."""
@@ -81,14 +94,21 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        r"""
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 at global tokens, which attend to every position and which every position attends to, whatever
+            `config.sliding_window` (Longformer); 0 at tokens that attend within their window.
+        """
         outputs = self.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             token_type_ids=token_type_ids,
             inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         pooled = self.pooler(outputs.last_hidden_state) if self.pooler is not None else None
@@ -147,6 +167,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         skip_logits: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         r"""
@@ -155,6 +176,8 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
         skip_logits (`bool`, *optional*):
             Compute the loss without the logits, reading only the masked positions (`logits` is then None). By
             default when training with labels; `False` returns the logits.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 at global tokens (see `AiaynEncoderModel.forward`).
         """
         outputs = self.model(
             input_ids=input_ids,
@@ -162,6 +185,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         logits, loss = self.predict_tokens(outputs.last_hidden_state, labels, skip_logits, **kwargs)

@@ -199,6 +199,7 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
@@ -208,10 +209,16 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
             The encoder's output, when it was already computed (as `generate()` does).
         cache (`EncoderDecoderCache`, *optional*):
             Self-attention keys and values of earlier target positions and the cross-attention keys and values.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+            1 at global source tokens of the encoder (see `AiaynStack.forward`; LED's).
         """
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                global_attention_mask=global_attention_mask,
+                **kwargs,
             )
         elif isinstance(encoder_outputs, tuple):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -306,6 +313,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         skip_logits: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
@@ -315,6 +323,8 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
         skip_logits (`bool`, *optional*):
             Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
             when training with labels; `False` returns the logits.
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+            1 at global source tokens of the encoder (see `AiaynStack.forward`).
         """
         if labels is not None:
             use_cache = False
@@ -331,6 +341,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         logits, loss = self.predict_tokens(outputs.last_hidden_state, labels, skip_logits, **kwargs)
@@ -362,10 +373,19 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
+        r"""
+        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 at global tokens (see `AiaynStack.forward`).
+        """
         outputs = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            **kwargs,
         )
         return BaseModelOutput(**carried_fields(outputs, BaseModelOutput))
 

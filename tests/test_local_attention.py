@@ -1,0 +1,396 @@
+"""Local attention: `sliding_window` with transformers' semantics in every family and on every backend, global tokens,
+the banded computation that makes long sequences cost linearly, and decoding with sliding-window caches."""
+
+import subprocess
+import sys
+from unittest import mock
+
+import datasets
+import pytest
+import torch
+import transformers
+from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, random_ids, tiny_config
+from torch.nn import functional as F
+from torch.nn.attention.flex_attention import BlockMask
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import or_masks, sdpa_mask
+
+from aiayn.local_attention_aiayn import BandedAttention, global_tokens_overlay, window_mask_function
+from aiayn.modeling_aiayn import AiaynRelativePositionBias, AiaynSelfAttention
+
+WINDOW = 8
+# Long enough for the bands: blocks of 32 queries against 96 keys (bidirectional) or 64 (causal); 230 % 32 = 6.
+LONG = 230
+GENERATING = ("decoder", "seq2seq")
+
+
+def windowed(family: str, implementation: str = "sdpa", **overrides):
+    """A tiny language model of `family` with a window of 8 and positions for 256 tokens."""
+    fields = {"position_embedding_type": "sinusoidal", "max_position_embeddings": 256, "sliding_window": WINDOW}
+    return lm_model(family, implementation, **{**fields, **overrides})
+
+
+def padded(length: int = LONG, causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows: one whole, one padded (on the left for causal models, as generation pads, else on the right)."""
+    ids, mask = random_ids(2, length), torch.ones(2, length, dtype=torch.long)
+    if causal:
+        mask[1, :37] = 0
+    else:
+        mask[1, length - 45 :] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def global_tokens(length: int = LONG) -> torch.Tensor:
+    """The first token of both rows, and one more in each."""
+    marks = torch.zeros(2, length, dtype=torch.long)
+    marks[:, 0], marks[0, 77], marks[1, 60] = 1, 1, 1
+    return marks
+
+
+def model_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor, marks: torch.Tensor | None = None) -> dict:
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if family == "seq2seq":
+        inputs.update(decoder_input_ids=ids, decoder_attention_mask=mask)
+    if marks is not None:
+        inputs["global_attention_mask"] = marks
+    return inputs
+
+
+def counting_bands():
+    """A patch that counts the calls of `BandedAttention.attend` (one per layer that attends block by block)."""
+    return mock.patch.object(BandedAttention, "attend", autospec=True, side_effect=BandedAttention.attend)
+
+
+def test_sliding_window_is_off_by_default_and_saved(tmp_path):
+    assert all(tiny_config(family).sliding_window is None for family in ("encoder", "decoder", "seq2seq"))
+    config = tiny_config("decoder", sliding_window=WINDOW)
+    config.save_pretrained(tmp_path)
+    assert transformers.AutoConfig.from_pretrained(tmp_path).sliding_window == WINDOW
+
+
+def reference_attention(query, key, value, is_causal, padding, marks, bias):
+    """Attention through the mask `transformers.masking_utils` materialises for the window (global tokens added),
+    the fully masked queries zeroed: `(batch, length, heads, d)`."""
+    batch, _, length, _ = query.shape
+    mask_function = window_mask_function(WINDOW, is_causal)
+    if marks is not None:
+        mask_function = or_masks(mask_function, global_tokens_overlay(marks))
+    allowed = sdpa_mask(
+        batch_size=batch,
+        q_length=length,
+        kv_length=length,
+        mask_function=mask_function,
+        attention_mask=padding,
+        allow_is_causal_skip=False,
+    )
+    fully_masked = ~allowed.any(-1, keepdim=True)
+    allowed = allowed | fully_masked
+    values = bias(torch.arange(length)[None] - torch.arange(length)[:, None])[None] if bias is not None else 0.0
+    additive = torch.where(allowed, values, torch.finfo(query.dtype).min)
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=1.0)
+    return output.masked_fill(fully_masked, 0.0).transpose(1, 2)
+
+
+@pytest.mark.parametrize("length", [LONG, 192])
+@pytest.mark.parametrize(
+    ("is_causal", "padding", "marks", "relative"),
+    [
+        (False, False, False, False),
+        (False, True, False, False),
+        (False, False, False, True),
+        (False, True, True, False),
+        (False, True, True, True),
+        (True, False, False, False),
+        (True, True, False, False),
+        (True, True, False, True),
+    ],
+    ids=[
+        "bidirectional",
+        "bidirectional-padded",
+        "bidirectional-relative",
+        "bidirectional-padded-global",
+        "bidirectional-padded-global-relative",
+        "causal",
+        "causal-padded",
+        "causal-padded-relative",
+    ],
+)
+def test_banded_attention_is_attention_through_transformers_sliding_window_mask(
+    length, is_causal, padding, marks, relative
+):
+    """Block by block, with the blocks at the ends recomputed (no padding, no global tokens) or one mask per block:
+    the output of attention through `masking_utils`' sliding-window mask, padding, global tokens, the position
+    bias and the fully masked queries (an all-padding stretch longer than the window) included."""
+    torch.manual_seed(0)
+    config = tiny_config("encoder")
+    query, key, value = torch.randn(3, 2, 4, length, 8).unbind(0)
+    mask = padded(length, is_causal)[1].bool() if padding else None
+    global_marks = global_tokens(length) if marks else None
+    bias = AiaynRelativePositionBias(tiny_config("encoder", position_embedding_type="relative"), not is_causal)
+    bias_of = bias.bias_of if relative else None
+    band = BandedAttention(WINDOW, is_causal, 2, length, mask, global_marks, bias_of, torch.float32, "cpu")
+    module = AiaynSelfAttention(config, 0, is_causal)
+    with torch.no_grad():
+        output = band.attend(sdpa_attention_forward, module, query, key, value, scaling=1.0)
+        if band.fully_masked is not None:
+            output = output.masked_fill(band.fully_masked.transpose(1, 2), 0.0)
+        expected = reference_attention(query, key, value, is_causal, mask, global_marks, bias_of)
+    torch.testing.assert_close(output, expected, rtol=0, atol=2e-6)
+    assert (band.fully_masked is not None) == (padding and not marks)  # padding queries see the global tokens
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+@pytest.mark.parametrize(
+    ("implementation", "length"),
+    [("eager", 40), ("sdpa", 40), ("sdpa", LONG), ("flex_attention", LONG)],
+    ids=["eager", "sdpa-masked", "sdpa-banded", "flex"],
+)
+def test_a_window_is_exactly_local(family, implementation, length):
+    """One layer: a causal position's output keeps its bits when the token `window` positions back (or any later
+    one) changes and changes with the token `window - 1` back; a bidirectional position's keeps them when a token
+    `window + 1` away changes and changes with one `window` away."""
+    model = windowed(family, implementation, num_layers=1)
+    ids = random_ids(1, length)
+    position = length - 20
+    if family == "decoder":
+        outside, inside = (position - WINDOW, position + 1), (position - WINDOW + 1,)
+    else:
+        outside, inside = (position - WINDOW - 1, position + WINDOW + 1), (position - WINDOW, position + WINDOW)
+    with torch.no_grad(), counting_bands() as bands:
+        expected = model(ids).logits[0, position]
+        for changed in outside + inside:
+            other = ids.clone()
+            other[0, changed] = 3 + (ids[0, changed] - 2) % (VOCAB - 3)
+            got = model(other).logits[0, position]
+            assert torch.equal(got, expected) == (changed in outside), changed
+    assert bands.call_count == (len(outside + inside) + 1 if implementation == "sdpa" and length == LONG else 0)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "seq2seq"])
+@pytest.mark.parametrize("position", POSITION_TYPES)
+def test_banded_models_give_the_masked_models_outputs(family, position):
+    """sdpa attends block by block; eager through transformers' sliding-window mask: the same logits, padding and
+    (in the encoders) global tokens included."""
+    ids, mask = padded(causal=family == "decoder")
+    marks = global_tokens() if family != "decoder" else None
+    inputs = model_inputs(family, ids, mask, marks)
+    logits = {}
+    for implementation in ("eager", "sdpa"):
+        model = windowed(family, implementation, position_embedding_type=position)
+        with torch.no_grad(), counting_bands() as bands:
+            logits[implementation] = model(**inputs).logits
+        layers = model.config.num_layers + (model.config.num_decoder_layers if family == "seq2seq" else 0)
+        assert bands.call_count == (layers if implementation == "sdpa" else 0)
+    # Seq2seq logits reach 7; the others stay below 1.
+    torch.testing.assert_close(logits["sdpa"], logits["eager"], rtol=0, atol=5e-6 if family == "seq2seq" else 1e-6)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_banded_training_gives_the_masked_models_loss_and_gradients(family):
+    """Gradients flow through the bands, the relative position bias inside their masks included."""
+    ids, mask = padded(causal=family == "decoder")
+    marks = global_tokens() if family == "encoder" else None
+    results = {}
+    for implementation in ("eager", "sdpa"):
+        model = windowed(family, implementation, position_embedding_type="relative").train()
+        loss = model(**model_inputs(family, ids, mask, marks), labels=ids.masked_fill(mask == 0, -100)).loss
+        loss.backward()
+        results[implementation] = {"loss": loss.detach(), **{k: p.grad for k, p in model.named_parameters()}}
+    torch.testing.assert_close(results["sdpa"], results["eager"], rtol=0, atol=2e-6)
+
+
+def test_a_pooled_classifier_reads_the_whole_sequence_through_its_global_first_token():
+    """With a window, the first token of a sequence classifier is global by default: its logits change with a token
+    far outside the window, unless `global_attention_mask` makes no token global."""
+    torch.manual_seed(0)
+    config = tiny_config("encoder", sliding_window=WINDOW, num_layers=1, max_position_embeddings=256, num_labels=3)
+    model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
+    ids, mask = padded()
+    other = ids.clone()
+    other[:, 100] = 3 + (ids[:, 100] - 2) % (VOCAB - 3)
+    none_global = torch.zeros_like(ids)
+    first_global = none_global.clone()
+    first_global[:, 0] = 1
+    with torch.no_grad(), counting_bands() as bands:
+        default = model(ids, attention_mask=mask).logits
+        assert torch.equal(model(ids, attention_mask=mask, global_attention_mask=first_global).logits, default)
+        assert not torch.equal(model(other, attention_mask=mask).logits[:, 0], default[:, 0])
+        local = model(ids, attention_mask=mask, global_attention_mask=none_global).logits
+        assert torch.equal(model(other, attention_mask=mask, global_attention_mask=none_global).logits, local)
+    assert bands.call_count == 5
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_global_tokens_attend_to_every_position_and_every_position_to_them(implementation):
+    model = windowed("encoder", implementation, num_layers=1)
+    ids = random_ids(1, LONG)
+    marks = torch.zeros_like(ids)
+    marks[0, 75] = 1
+    with torch.no_grad():
+        expected = model(ids, global_attention_mask=marks).logits
+        far_token = ids.clone()
+        far_token[0, 140] = 3 + (ids[0, 140] - 2) % (VOCAB - 3)
+        changed = model(far_token, global_attention_mask=marks).logits
+        global_token = ids.clone()
+        global_token[0, 75] = 3 + (ids[0, 75] - 2) % (VOCAB - 3)
+        through_global = model(global_token, global_attention_mask=marks).logits
+    assert not torch.equal(changed[0, 75], expected[0, 75])  # the global token sees position 140
+    assert torch.equal(changed[0, 10], expected[0, 10])  # position 10 does not
+    assert not torch.equal(through_global[0, 10], expected[0, 10])  # but it sees the global token
+
+
+def test_global_tokens_and_sliding_cross_attention_caches_are_refused_with_clear_errors():
+    ids = random_ids(2, 12)
+    with pytest.raises(ValueError, match="global_attention_mask marks tokens .* bidirectional"):
+        windowed("decoder")(ids, global_attention_mask=torch.ones_like(ids))
+    with pytest.raises(ValueError, match=r"global_attention_mask has shape \(2, 5\)"):
+        windowed("encoder")(ids, global_attention_mask=torch.ones(2, 5, dtype=torch.long))
+    model = windowed("seq2seq")
+    sliding = transformers.EncoderDecoderCache(
+        transformers.DynamicCache(config=model.config), transformers.DynamicCache(config=model.config)
+    )
+    with pytest.raises(ValueError, match="cross-attention cache has sliding-window layers"):
+        model(ids, decoder_input_ids=ids[:, :3], cache=sliding, use_cache=True)
+
+
+GREEDY_PAST_THE_WINDOW = {
+    "max_new_tokens": 38,
+    "min_new_tokens": 38,
+    "do_sample": False,
+    "output_scores": True,
+    "return_dict_in_generate": True,
+    "suppress_tokens": [0],
+}
+
+
+@pytest.mark.parametrize("family", GENERATING)
+@pytest.mark.parametrize("position", POSITION_TYPES)
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_cached_greedy_decoding_equals_uncached_far_past_the_window(family, position, cache_implementation):
+    """38 tokens after prompts of up to 8 (left-padded for the decoder, right-padded sources), with a window of 8: the
+    cached tokens are the uncached ones, their scores agree within 1e-4, the self-attention cache holds at most 8
+    keys per layer and the cross-attention cache the whole source."""
+    model = windowed(family, position_embedding_type=position)
+    ids, mask = random_ids(2, 8, seed=5), torch.ones(2, 8, dtype=torch.long)
+    if family == "decoder":
+        mask[1, :3] = 0
+    else:
+        mask[1, 6:] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    settings = {"attention_mask": mask, "cache_implementation": cache_implementation, **GREEDY_PAST_THE_WINDOW}
+    cached = model.generate(ids, **settings)
+    settings.pop("cache_implementation")
+    uncached = model.generate(ids, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    torch.testing.assert_close(cached.scores, uncached.scores, rtol=0, atol=1e-4)
+    cache = cached.cache.self_attention_cache if family == "seq2seq" else cached.cache
+    assert len(cache.layers) == model.config.get_text_config(decoder=True).num_layers
+    assert all(layer.keys.shape[-2] <= WINDOW for layer in cache.layers)
+    if family == "seq2seq":
+        assert all(layer.keys.shape[-2] == ids.shape[1] for layer in cached.cache.cross_attention_cache.layers)
+
+
+@pytest.mark.parametrize("family", GENERATING)
+def test_beam_search_with_a_window_equals_uncached_beam_search(family):
+    model = windowed(family)
+    ids = random_ids(2, 6, seed=5)
+    settings = {"num_beams": 3, "num_return_sequences": 2, **GREEDY_PAST_THE_WINDOW}
+    cached, uncached = model.generate(ids, **settings), model.generate(ids, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=1e-6, atol=0)
+
+
+def test_continuous_batching_with_a_window_gives_generates_tokens():
+    """transformers' paged cache keeps each request's window; 30 new tokens run far past it."""
+    model = windowed("decoder", pad_token_id=0)
+    generator = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (3, 8, 12, 17)]
+    config = transformers.GenerationConfig(max_new_tokens=30, do_sample=False, eos_token_id=None)
+    outputs = model.generate_batch(inputs=prompts, generation_config=config)
+    batched = [outputs[request].generated_tokens for request in sorted(outputs)]
+    alone = [model.generate(torch.tensor([p]), generation_config=config)[0, len(p) :].tolist() for p in prompts]
+    assert batched == alone and all(len(tokens) == 30 for tokens in batched)
+
+
+def test_flex_attention_skips_the_blocks_outside_the_band():
+    """The block mask of a window of 16 over 1024 tokens holds, for each block of 128 queries, at most the 3 key
+    blocks its window reaches, of 8: the scores of the others are never computed."""
+    model = windowed("encoder", "flex_attention", sliding_window=16, max_position_embeddings=1024)
+    stack = model.model.encoder
+    states = torch.zeros(1, 1024, 32)
+    mask = stack._self_attention_mask(states, None, None, torch.arange(1024)[None], None)
+    assert isinstance(mask, BlockMask)
+    query_blocks, key_blocks = -(-1024 // mask.BLOCK_SIZE[0]), -(-1024 // mask.BLOCK_SIZE[1])
+    computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())
+    assert computed <= 3 * query_blocks < query_blocks * key_blocks
+
+
+def test_banded_attention_compiles_and_exports():
+    """The bands under `torch.compile` (inductor) and `torch.export` give eager's outputs; global tokens, whose count
+    depends on the mask's values, take the masked path when compiled."""
+    model = windowed("encoder")
+    ids, mask = padded()
+    compiled = torch.compile(model, fullgraph=True)
+    program = torch.export.export(model, (), kwargs={"input_ids": ids, "attention_mask": mask})
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+        torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(program.module()(input_ids=ids, attention_mask=mask).logits, expected)
+        with_globals = model(ids, attention_mask=mask, global_attention_mask=global_tokens()).logits
+        got = compiled(ids, attention_mask=mask, global_attention_mask=global_tokens()).logits
+    torch.testing.assert_close(got, with_globals, rtol=0, atol=1e-5)
+
+
+def test_the_trainer_hands_global_attention_mask_to_the_model(tmp_path):
+    """The Trainer keeps only the columns the model's forward names: `global_attention_mask` is one of them."""
+    ids, mask = padded()
+    rows = {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "global_attention_mask": global_tokens()}
+    dataset = datasets.Dataset.from_dict({**rows, "global_attention_mask": rows["global_attention_mask"].tolist()})
+    dataset = dataset.add_column("labels", [0, 1])
+    config = tiny_config("encoder", sliding_window=WINDOW, max_position_embeddings=256, num_labels=2)
+    model = transformers.AutoModelForSequenceClassification.from_config(config)
+    arguments = transformers.TrainingArguments(tmp_path, per_device_train_batch_size=2, use_cpu=True, report_to=[])
+    trainer = transformers.Trainer(model, arguments, train_dataset=dataset)
+    batch = next(iter(trainer.get_train_dataloader()))
+    assert torch.equal(batch["global_attention_mask"], global_tokens())
+
+
+CLASSIFIER_LOADER = """
+import sys
+sys.modules["aiayn"] = None  # aiayn cannot be imported: only the folder's own code can build the model
+import torch, transformers
+
+folder = sys.argv[1]
+expected = torch.load(folder + "/expected.pt")
+model = transformers.AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+with torch.no_grad():
+    assert torch.equal(model(**expected["inputs"]).logits, expected["logits"])
+print("exact")
+"""
+
+
+def test_a_windowed_classifier_folder_loads_without_aiayn_and_gives_the_same_outputs(tmp_path):
+    """The folder carries the local attention's code: the bands and the global first token run where only
+    transformers is installed, with the same logits."""
+    folder, workdir = tmp_path / "model", tmp_path / "elsewhere"
+    workdir.mkdir()
+    torch.manual_seed(0)
+    config = tiny_config("encoder", sliding_window=WINDOW, max_position_embeddings=256, num_labels=3)
+    model = transformers.AutoModelForSequenceClassification.from_config(config).eval()
+    model.save_pretrained(folder)
+    assert (folder / "local_attention_aiayn.py").exists()
+    ids, mask = padded()
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    with torch.no_grad():
+        torch.save({"inputs": inputs, "logits": model(**inputs).logits}, folder / "expected.pt")
+    result = subprocess.run(
+        [sys.executable, "-c", CLASSIFIER_LOADER, str(folder)],
+        cwd=workdir,
+        env=hub_loading_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "exact" in result.stdout
