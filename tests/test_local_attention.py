@@ -1,15 +1,19 @@
 """Local attention: `sliding_window` with transformers' semantics in every family and on every backend, global tokens,
 the banded computation that makes long sequences cost linearly, and decoding with sliding-window caches."""
 
+import math
 import subprocess
 import sys
 from unittest import mock
 
 import datasets
+import onnx
+import onnxruntime
 import pytest
 import torch
 import transformers
 from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, random_ids, tiny_config
+from torch.export import Dim
 from torch.nn import functional as F
 from torch.nn.attention.flex_attention import BlockMask
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -186,15 +190,22 @@ def test_banded_models_give_the_masked_models_outputs(family, position):
 
 
 @pytest.mark.parametrize("family", ["encoder", "decoder"])
-def test_banded_training_gives_the_masked_models_loss_and_gradients(family):
-    """Gradients flow through the bands, the relative position bias inside their masks included."""
+@pytest.mark.parametrize("padding", [False, True], ids=["one-mask", "padded"])
+def test_banded_training_gives_the_masked_models_loss_and_gradients(family, padding):
+    """Gradients flow through the bands, the relative position bias inside their masks included: with one mask for
+    every block (the blocks at the ends computed again), and with a mask per block (padding, global tokens)."""
     ids, mask = padded(causal=family == "decoder")
-    marks = global_tokens() if family == "encoder" else None
+    if not padding:
+        ids, mask = random_ids(2, LONG), None
+    marks = global_tokens() if family == "encoder" and padding else None
+    labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
     results = {}
     for implementation in ("eager", "sdpa"):
         model = windowed(family, implementation, position_embedding_type="relative").train()
-        loss = model(**model_inputs(family, ids, mask, marks), labels=ids.masked_fill(mask == 0, -100)).loss
+        with counting_bands() as bands:
+            loss = model(**model_inputs(family, ids, mask, marks), labels=labels).loss
         loss.backward()
+        assert bands.call_count == (model.config.num_layers if implementation == "sdpa" else 0)
         results[implementation] = {"loss": loss.detach(), **{k: p.grad for k, p in model.named_parameters()}}
     torch.testing.assert_close(results["sdpa"], results["eager"], rtol=0, atol=2e-6)
 
@@ -327,18 +338,48 @@ def test_flex_attention_skips_the_blocks_outside_the_band():
 
 def test_banded_attention_compiles_and_exports():
     """The bands under `torch.compile` (inductor) and `torch.export` give eager's outputs; global tokens, whose count
-    depends on the mask's values, take the masked path when compiled."""
+    depends on the mask's values, take the masked path when compiled; a program exported for a dynamic length takes
+    transformers' mask and serves lengths on both sides of the bands' threshold."""
     model = windowed("encoder")
     ids, mask = padded()
     compiled = torch.compile(model, fullgraph=True)
     program = torch.export.export(model, (), kwargs={"input_ids": ids, "attention_mask": mask})
+    length = Dim("length", min=2, max=512)
+    dynamic = torch.export.export(
+        model,
+        (),
+        kwargs={"input_ids": ids, "attention_mask": mask},
+        dynamic_shapes={"input_ids": {1: length}, "attention_mask": {1: length}},
+    )
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).logits
         torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
         torch.testing.assert_close(program.module()(input_ids=ids, attention_mask=mask).logits, expected)
         with_globals = model(ids, attention_mask=mask, global_attention_mask=global_tokens()).logits
         got = compiled(ids, attention_mask=mask, global_attention_mask=global_tokens()).logits
-    torch.testing.assert_close(got, with_globals, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got, with_globals, rtol=0, atol=1e-5)
+        for other_length in (40, LONG, 300):
+            other_ids, other_mask = padded(other_length)
+            got = dynamic.module()(input_ids=other_ids, attention_mask=other_mask).logits
+            torch.testing.assert_close(got, model(other_ids, attention_mask=other_mask).logits, rtol=0, atol=1e-6)
+
+
+def test_banded_attention_runs_in_onnxruntime():
+    """`torch.onnx.export(dynamo=True)` of a windowed encoder at a length the bands serve: onnxruntime on CPU gives
+    PyTorch's logits."""
+    model = windowed("encoder")
+    ids, mask = padded()
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    with counting_bands() as bands:
+        exported = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, verbose=False)
+    assert bands.call_count == model.config.num_layers
+    onnx.checker.check_model(exported.model_proto, full_check=True)
+    session = onnxruntime.InferenceSession(
+        exported.model_proto.SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    (logits,) = session.run(None, {name: tensor.numpy() for name, tensor in inputs.items()})
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(logits), model(**inputs).logits, rtol=0, atol=1e-5)
 
 
 def test_the_trainer_hands_global_attention_mask_to_the_model(tmp_path):
@@ -394,3 +435,19 @@ def test_a_windowed_classifier_folder_loads_without_aiayn_and_gives_the_same_out
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "exact" in result.stdout
+
+
+def test_the_long_inputs_comparison_trains_the_three_runs_and_saves_the_windowed_model(tmp_path):
+    """`aiayn long-inputs --quick`: full attention on short blocks and, on long blocks, the window for as many steps
+    and full attention for as long; each scored at both lengths; the windowed folder loads with its window."""
+    from aiayn.experiments.long_inputs import QUICK, main
+
+    results = main(str(tmp_path), quick=True)
+    short, windowed_run, long = f"full-{QUICK.short}", f"window-{QUICK.window}", f"full-{QUICK.long}"
+    assert list(results) == [short, windowed_run, long]
+    assert results[short]["steps"] == results[windowed_run]["steps"] == QUICK.steps and results[long]["steps"] >= 1
+    uniform = math.log(QUICK.vocab_size)
+    assert all(0 < loss < uniform for result in results.values() for loss in result["eval"].values())
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / windowed_run)
+    assert model.config.sliding_window == QUICK.window
+    assert (tmp_path / "long_inputs.md").read_text().startswith("run")

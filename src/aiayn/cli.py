@@ -135,6 +135,12 @@ def versus_marian(args: argparse.Namespace) -> None:
                   use_cpu=args.device == "cpu")  # fmt: skip
 
 
+def long_inputs(args: argparse.Namespace) -> None:
+    from .experiments.long_inputs import main as run_long_inputs
+
+    run_long_inputs(args.out, quick=args.quick)
+
+
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
@@ -181,6 +187,11 @@ def _versus_marian_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
 
 
+def _long_inputs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/long-inputs", help="folder for the runs, the table and the JSON")
+    parser.add_argument("--quick", action="store_true", help="a small model, short blocks and few steps")
+
+
 def _hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a folder saved by save_pretrained with its tokenizer (e.g. a training run)")
     parser.add_argument("destination", help="the folder to write")
@@ -222,6 +233,10 @@ COMMANDS = {
     "versus-marian": Command(
         "aiayn and transformers' MarianMTModel, same architecture, data, recipe and steps",
         _versus_marian_arguments, versus_marian,
+    ),
+    "long-inputs": Command(
+        "a sliding-window GPT-style model on 16384-token blocks of Shakespeare beside full attention",
+        _long_inputs_arguments, long_inputs,
     ),
     "hub-folder": Command(
         "write a hub-ready folder (model, tokenizer, code, card)", _hub_folder_arguments, write_hub_folder

