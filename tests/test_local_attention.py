@@ -210,6 +210,18 @@ def test_banded_training_gives_the_masked_models_loss_and_gradients(family, padd
     torch.testing.assert_close(results["sdpa"], results["eager"], rtol=0, atol=2e-6)
 
 
+def test_gradient_checkpointing_recomputes_the_bands_exactly():
+    ids = random_ids(2, LONG)
+    gradients = []
+    for checkpointing in (False, True):
+        model = windowed("decoder").train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model(ids, labels=ids).loss.backward()
+        gradients.append({name: parameter.grad for name, parameter in model.named_parameters()})
+    torch.testing.assert_close(gradients[1], gradients[0], rtol=0, atol=0)
+
+
 def test_a_pooled_classifier_reads_the_whole_sequence_through_its_global_first_token():
     """With a window, the first token of a sequence classifier is global by default: its logits change with a token
     far outside the window, unless `global_attention_mask` makes no token global."""

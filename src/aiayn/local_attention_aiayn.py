@@ -130,19 +130,25 @@ class BandedAttention:
         return self.position_bias(self.key_offsets[None, :] - self.query_offsets[:, None])
 
     def _band_allowed(self, blocks: torch.Tensor) -> torch.Tensor:
-        """Which keys of each band the window allows: `(len(blocks), block, keys)`; keys outside the sequence never."""
-        starts = blocks[:, None, None] * self.geometry.block
-        queries = starts + self.query_offsets[:, None]
-        keys = starts + self.key_offsets[None, :]
-        return self.allows(0, 0, queries, keys) & (keys >= 0) & (keys < self.length)
+        """Which keys of each band the window allows: `(len(blocks), block, keys)`; keys outside the sequence never.
+        A window depends on the distance between query and key only, so it is evaluated once, at the positions of a
+        block's own coordinates."""
+        geometry = self.geometry
+        # The window at every distance a band spans, key minus query from (-before - block + 1) up, then each query's
+        # row of it: query i reads the `keys` distances starting at -before - i.
+        distances = torch.arange(geometry.keys + geometry.block - 1, device=blocks.device)
+        origin = distances.new_zeros(())
+        along = self.allows(origin, origin, origin, distances - (geometry.before + geometry.block - 1))
+        window = along.unfold(0, geometry.keys, 1).flip(0).contiguous()  # (block, keys), rows as sdpa reads them
+        keys = blocks[:, None, None] * geometry.block + self.key_offsets  # (blocks, 1, keys)
+        return window & (keys >= 0) & (keys < self.length)
 
     def _build_shared_masks(self, batch_size: int, first: int, last: int):
         """One mask for every block (`(1, heads or 1, block, keys)`), and one per block at the ends of a row."""
         bias = self._band_bias()
-        interior = self.allows(0, 0, self.query_offsets[:, None], self.key_offsets[None, :])
-        interior = additive(interior, bias, self.dtype)
-        self.mask = interior[None] if bias is not None else interior[None, None]
         device = self.query_offsets.device
+        interior = additive(self._band_allowed(torch.tensor([first], device=device)), bias, self.dtype)
+        self.mask = interior if bias is not None else interior[:, None]
         edges = torch.cat((torch.arange(first), torch.arange(self.num_blocks - last, self.num_blocks))).to(device)
         self.edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(batch_size, 1, 1, 1)
         self.edge_blocks = (torch.arange(batch_size, device=device)[:, None] * self.num_blocks + edges).flatten()
@@ -229,7 +235,8 @@ class BandedAttention:
         wrapper signature), block by block. Returns `(batch, length, heads, d)`, as the attention interfaces do."""
         batch, heads, length, dim = query.shape
         blocks, key_bands, value_bands = self.blocks(query), self.bands(key), self.bands(value)
-        mask = module.heads_of_this_rank(self.mask, heads)
+        # One mask for every block is passed as a view of every block's (sdpa's backward then holds no expanded copy).
+        mask = module.heads_of_this_rank(self.mask, heads).expand(len(blocks), -1, -1, -1)
         output = attention_interface(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
         if self.edge_blocks is not None:
             edges, edge_mask = self.edge_blocks, module.heads_of_this_rank(self.edge_mask, heads)
