@@ -262,6 +262,20 @@ def test_global_tokens_attend_to_every_position_and_every_position_to_them(imple
     assert not torch.equal(through_global[0, 10], expected[0, 10])  # but it sees the global token
 
 
+def test_seq2seq_generate_hands_global_tokens_to_the_encoder():
+    """`generate()` runs the encoder once with the forward's arguments: global tokens reach it."""
+    model = windowed("seq2seq")
+    ids, marks = random_ids(2, LONG), global_tokens()
+    settings = {"max_new_tokens": 4, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=ids, global_attention_mask=marks)
+    through_generate = model.generate(ids, global_attention_mask=marks, **settings)
+    from_encoder = model.generate(ids, encoder_outputs=encoded, **settings)
+    without = model.generate(ids, **settings)
+    torch.testing.assert_close(through_generate.scores, from_encoder.scores, rtol=0, atol=0)
+    assert not torch.equal(through_generate.scores[0], without.scores[0])
+
+
 def test_global_tokens_and_sliding_cross_attention_caches_are_refused_with_clear_errors():
     ids = random_ids(2, 12)
     with pytest.raises(ValueError, match="global_attention_mask marks tokens .* bidirectional"):
