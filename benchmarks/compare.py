@@ -416,9 +416,10 @@ def worker(spec: dict):
     print(json.dumps(result))
 
 
-def in_fresh_process(spec: dict) -> dict:
+def in_fresh_process(spec: dict, script: str = __file__) -> dict:
+    """`script --worker SPEC` (the script's own measurement of `spec`) in a fresh process: its printed JSON."""
     completed = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], capture_output=True, text=True
+        [sys.executable, os.path.abspath(script), "--worker", json.dumps(spec)], capture_output=True, text=True
     )
     if completed.returncode != 0:
         raise RuntimeError(f"{spec} failed:\n{completed.stderr[-4000:]}")

@@ -25,15 +25,12 @@ gives medians and each window's speed-up over full attention.
 import argparse
 import gc
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import torch
 import transformers
-from compare import machine_description, peak_allocated_mib, synchronize, tensor_mib
+from compare import in_fresh_process, machine_description, peak_allocated_mib, synchronize, tensor_mib
 
 import aiayn
 from aiayn.local_attention_aiayn import BandGeometry
@@ -148,15 +145,6 @@ def worker(spec: dict):
     print(json.dumps(result))
 
 
-def in_fresh_process(spec: dict) -> dict:
-    completed = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)], capture_output=True, text=True
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(f"{spec} failed:\n{completed.stderr[-4000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=list(AUTO_CLASSES), default="encoder")
@@ -199,13 +187,13 @@ def main():
     print("|---|---|---|" + "---|---|---|" * len(kinds))
     rows = []
     for length in args.lengths:
-        speed = in_fresh_process({**spec, "mode": "speed", "length": length})
+        speed = in_fresh_process({**spec, "mode": "speed", "length": length}, __file__)
         for window in [None, *args.windows]:
             key = str(window)
             memory = (
                 {}
                 if args.no_memory
-                else in_fresh_process({**spec, "mode": "memory", "length": length, "window": window})
+                else in_fresh_process({**spec, "mode": "memory", "length": length, "window": window}, __file__)
             )
             row = {"length": length, "window": window, "path": path(spec, window, length)}
             cells = []

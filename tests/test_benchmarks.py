@@ -96,3 +96,19 @@ def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
         peaks[skip_logits] = compare.peak_allocated_mib(lambda skip_logits=skip_logits: step(skip_logits))
     logits_mib = ids.numel() * 4096 * 4 / 2**20
     assert peaks[True] + 0.9 * logits_mib <= peaks[False], peaks
+
+
+def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
+    """Full attention, a window the bands serve at this length, and one they do not (the masked path)."""
+    script = os.path.join(os.path.dirname(COMPARE), "long_inputs.py")
+    arguments = ["--lengths", "256", "--windows", "32", "128", "--d-model", "32", "--repeats", "1"]
+    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("| 256 ")]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
+    assert [row[:3] for row in rows] == [
+        ["256", "full", "full"],
+        ["256", "window 32", "banded"],
+        ["256", "window 128", "masked"],
+    ]
+    assert all(float(cell) > 0 for row in rows for cell in row[3:])

@@ -202,24 +202,20 @@ class BandedAttention:
             bias = self.position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
         return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, self.dtype), no_key
 
-    def rows(self, states: torch.Tensor) -> torch.Tensor:
-        """`(batch, heads, length, d)` states as `(batch, length padded to whole blocks, heads, d)`: a view of them
-        (of the projection's output, with the queries) where the length fills its blocks."""
-        missing = self.num_blocks * self.geometry.block - self.length
-        rows = states.transpose(1, 2)
-        return F.pad(rows, (0, 0, 0, 0, 0, missing)) if missing else rows
-
     def blocks(self, query: torch.Tensor) -> torch.Tensor:
-        """`(batch, heads, length, d)` queries as blocks, `(batch * blocks, heads, block, d)`."""
+        """`(batch, heads, length, d)` queries as blocks, `(batch * blocks, heads, block, d)`: a copy, which sdpa's
+        backward keeps instead of the whole query-key-value projection a view would keep alive."""
         batch, heads, _, dim = query.shape
-        return self.rows(query).reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
+        rows = F.pad(query.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * self.geometry.block - self.length))
+        return rows.reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
 
     def bands(self, states: torch.Tensor) -> torch.Tensor:
         """`(batch, heads, length, d)` keys or values as the band of each block, `(batch * blocks, heads, keys, d)`:
         windows of one padded line of the rows (views of one copy), the global tokens' after them."""
         geometry = self.geometry
         batch, heads, _, dim = states.shape
-        line = F.pad(self.rows(states).flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
+        rows = F.pad(states.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * geometry.block - self.length))
+        line = F.pad(rows.flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
         bands = line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)
         if self.global_positions is None:
             return bands

@@ -936,25 +936,15 @@ class AiaynStack(AiaynPreTrainedModel):
         """transformers' mask of the self-attention, in the form the attention backend takes: causal or
         bidirectional, within `config.sliding_window` where it is set, global tokens added."""
         windowed = self.config.sliding_window is not None
-        overlay = global_tokens_overlay(global_attention_mask) if global_attention_mask is not None else None
+        common = {"config": self.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
         if self.is_causal:
             create = create_sliding_window_causal_mask if windowed else create_causal_mask
-            return create(
-                config=self.config,
-                inputs_embeds=hidden_states,
-                attention_mask=attention_mask,
-                cache=cache,
-                position_ids=position_ids,
-                # A position bias is added to the mask, so the causal pattern must be materialised.
-                allow_is_causal_skip=self.relative_position_bias is None,
-            )
+            # A position bias is added to the mask, so the causal pattern must be materialised.
+            skip = self.relative_position_bias is None
+            return create(**common, cache=cache, position_ids=position_ids, allow_is_causal_skip=skip)
         create = create_bidirectional_sliding_window_mask if windowed else create_bidirectional_mask
-        return create(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            or_mask_function=overlay,
-        )
+        overlay = global_tokens_overlay(global_attention_mask) if global_attention_mask is not None else None
+        return create(**common, or_mask_function=overlay)
 
     def _cross_attention_inputs(
         self,

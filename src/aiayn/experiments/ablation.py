@@ -91,6 +91,19 @@ class Budget:
     def __str__(self) -> str:
         return f"{self.steps} steps" if self.steps is not None else f"{self.seconds:g} s"
 
+    def training_arguments(self) -> dict:
+        """The `TrainingArguments` of a run over this budget that prints nothing but its progress bar
+        (`BudgetProgress`) and saves and evaluates nothing on its own."""
+        return {
+            "max_steps": self.steps if self.steps is not None else 10**7,  # a time budget stops the run instead
+            "eval_strategy": "no",
+            "save_strategy": "no",
+            "logging_strategy": "no",
+            "report_to": "none",
+            "disable_tqdm": True,
+            "dataloader_pin_memory": torch.cuda.is_available(),
+        }
+
 
 class BudgetProgress(TrainerCallback):
     """A progress bar over the budget, ending training when a time budget is spent."""
@@ -133,17 +146,11 @@ def training_arguments(output_dir: str, budget: Budget, label_smoothing: float, 
     recipe = PaperRecipe(WARMUP_STEPS, PEAK_LEARNING_RATE, label_smoothing)
     return transformers.Seq2SeqTrainingArguments(
         output_dir=output_dir,
-        max_steps=budget.steps if budget.steps is not None else 10**7,  # a time budget stops the run instead
+        **budget.training_arguments(),
         per_device_train_batch_size=32,
         per_device_eval_batch_size=64,
         **recipe.training_arguments(),
         predict_with_generate=True,
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_pin_memory=torch.cuda.is_available(),
         train_sampling_strategy="group_by_length",
         use_cpu=use_cpu,
         seed=seed,

@@ -92,18 +92,12 @@ def train(setting: Setting, name: str, length: int, window: int | None, budget: 
     data_args = DataArguments(dataset_name="shakespeare", block_size=length)
     arguments = transformers.TrainingArguments(
         output_dir=folder,
-        max_steps=budget.steps if budget.steps is not None else 10**7,  # a time budget stops the run instead
+        **budget.training_arguments(),
         per_device_train_batch_size=setting.tokens_per_step // length,
         per_device_eval_batch_size=max(1, setting.tokens_per_step // length // 4),
         learning_rate=setting.learning_rate,
         warmup_steps=max(1, setting.steps // 10),
         lr_scheduler_type="constant_with_warmup",
-        eval_strategy="no",
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_pin_memory=torch.cuda.is_available(),
         seed=0,
     )
     trainer = build_trainer("causal-lm", model_args, data_args, arguments)
