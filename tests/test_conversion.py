@@ -1,4 +1,5 @@
-"""Converted BERT, GPT-2, T5 and BART checkpoints reproduce transformers' own models (built from random weights)."""
+"""Converted BERT, GPT-2, T5, BART and ViT checkpoints reproduce transformers' own models (built from random
+weights)."""
 
 import os
 import subprocess
@@ -58,6 +59,13 @@ def bart_config(**overrides):
     return transformers.BartConfig(**{**fields, **sizes, "init_std": INIT_STD, **overrides})
 
 
+def vit_config(**overrides):
+    fields = {"image_size": 32, "patch_size": 4, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    return transformers.ViTConfig(
+        **{**fields, "intermediate_size": 64, "num_labels": 10, "initializer_range": INIT_STD, **overrides}
+    )
+
+
 def t5_v1_1(model_class, **overrides):
     """T5 v1.1: gated-GELU and an LM head of its own. transformers ties every freshly built T5 (it forces
     `tie_word_embeddings=True`) and unties a loaded v1.1 checkpoint whose head differs, as done here."""
@@ -79,6 +87,8 @@ REFERENCES = {
     "T5ForConditionalGeneration v1.1": lambda: t5_v1_1(transformers.T5ForConditionalGeneration),
     "BartModel": lambda: transformers.BartModel(bart_config()),
     "BartForConditionalGeneration": lambda: transformers.BartForConditionalGeneration(bart_config()),
+    "ViTModel": lambda: transformers.ViTModel(vit_config()),
+    "ViTForImageClassification": lambda: transformers.ViTForImageClassification(vit_config()),
 }
 
 
@@ -91,8 +101,10 @@ def reference(name: str) -> transformers.PreTrainedModel:
 
 
 def padded_inputs(name: str) -> dict:
-    """Two right-padded rows (and token types for BERT, a padded target for encoder-decoders)."""
+    """Two right-padded rows (token types for BERT, a padded target for encoder-decoders); for ViT, three images."""
     generator = torch.Generator().manual_seed(1)
+    if name.startswith("ViT"):
+        return {"pixel_values": torch.randn(3, 3, 32, 32, generator=generator)}
     ids, mask = torch.randint(3, VOCAB, (2, 9), generator=generator), torch.ones(2, 9, dtype=torch.long)
     mask[1, 6:] = 0
     pad = 1 if name.startswith("Bart") else 0
@@ -111,7 +123,7 @@ def compared_outputs(name: str, outputs) -> dict:
     names = ["logits" if "logits" in outputs else "last_hidden_state"]
     if "encoder_last_hidden_state" in outputs:
         names.append("encoder_last_hidden_state")
-    if name.startswith("Bert") and "pooler_output" in outputs:
+    if name.startswith(("Bert", "ViT")) and "pooler_output" in outputs:
         names.append("pooler_output")
     return {key: outputs[key] for key in names}
 
@@ -127,7 +139,7 @@ def test_converted_models_reproduce_the_reference(name):
         got = compared_outputs(name, converted(**inputs))
     assert expected.keys() == got.keys()
     for key in expected:
-        if expected[key].dim() == 3:  # positions: compare the real ones
+        if expected[key].dim() == 3 and "input_ids" in inputs:  # positions: compare the real ones
             mask = inputs["decoder_attention_mask" if "decoder_attention_mask" in inputs else "attention_mask"]
             if key == "encoder_last_hidden_state":
                 mask = inputs["attention_mask"]
@@ -242,6 +254,18 @@ def test_unsupported_models_and_features_raise_clear_errors():
     bart.final_logits_bias.fill_(0.5)
     with pytest.raises(ValueError, match="final_logits_bias"):
         convert_from_hf(bart)
+
+
+def test_converted_vit_interpolates_its_positions_as_vit_does():
+    """48 x 48 images through a model built for 32 x 32: ViT's bicubic interpolation of the learned table."""
+    model = reference("ViTForImageClassification")
+    converted = convert_from_hf(model)
+    images = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = model(pixel_values=images, interpolate_pos_encoding=True).logits
+        got = converted(pixel_values=images, interpolate_pos_encoding=True).logits
+    assert expected.abs().max() > 1  # logits of order 1 to 10: a wrong scale or position would show
+    torch.testing.assert_close(got, expected, **TOLERANCE)
 
 
 def test_every_supported_model_is_tested():

@@ -1,4 +1,5 @@
-"""aiayn: the Transformer of "Attention Is All You Need" as BERT-, GPT- and T5-style model families for transformers.
+"""aiayn: the Transformer of "Attention Is All You Need" as BERT-, GPT-, T5- and ViT-style model families for
+transformers.
 
 Importing the package registers every config and model class with transformers' Auto classes, so that
 `AutoConfig`, `AutoModel`, `AutoModelForCausalLM`, `AutoModelForSeq2SeqLM`, ... build and load aiayn models like
@@ -12,13 +13,14 @@ import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
-from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq
+from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq, modeling_aiayn_vision
 from .configuration_aiayn import (
     PRESETS,
     AiaynConfig,
     AiaynDecoderConfig,
     AiaynEncoderConfig,
     AiaynSeq2SeqConfig,
+    AiaynVisionConfig,
     preset_config,
 )
 from .families import FAMILIES
@@ -26,6 +28,7 @@ from .modeling_aiayn import AiaynPreTrainedModel
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
 from .modeling_aiayn_seq2seq import *  # noqa: F403
+from .modeling_aiayn_vision import *  # noqa: F403
 from .pipeline_aiayn import TEXT2TEXT_TASKS, AiaynText2TextGenerationPipeline
 from .policy_aiayn import IndexOutOfRangeError
 
@@ -78,6 +81,7 @@ __all__ = [
     "AiaynEncoderConfig",
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
+    "AiaynVisionConfig",
     "AiaynPreTrainedModel",
     "FAMILIES",
     "IndexOutOfRangeError",
@@ -87,4 +91,5 @@ __all__ = [
     *modeling_aiayn_encoder.__all__,
     *modeling_aiayn_decoder.__all__,
     *modeling_aiayn_seq2seq.__all__,
+    *modeling_aiayn_vision.__all__,
 ]

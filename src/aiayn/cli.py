@@ -15,7 +15,7 @@ from .families import FAMILIES, family_of
 def count_parameters(config) -> int:
     """Parameters of the family's language-model head for `config`, counted without allocating them."""
     with torch.device("meta"):
-        auto_class = getattr(transformers, FAMILIES[family_of(config.model_type)].language_model_auto_class)
+        auto_class = getattr(transformers, FAMILIES[family_of(config.model_type)].pretraining_auto_class)
         model = auto_class.from_config(config)
     return sum(p.numel() for p in model.parameters())
 

@@ -15,6 +15,8 @@ from huggingface_hub.dataclasses import as_validated_field, strict
 from transformers import GenerationConfig, PreTrainedConfig
 
 PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "none"]
+# Images: learned (ViT), the paper's sinusoids over the patch index, 2-D sinusoids (row and column), none.
+VisionPositionType = Literal["learned", "sinusoidal", "sinusoidal_2d", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
 BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
@@ -387,6 +389,71 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
         return self
 
 
+@strict
+class AiaynVisionConfig(AiaynConfig):
+    """ViT-style image models (Dosovitskiy et al., 2021): an image cut into `patch_size` x `patch_size` patches, each
+    projected to d_model, is the sequence the encoder stack reads. The defaults are ViT's: pre-LN, erf GELU, LayerNorm
+    eps 1e-12, learned positions, no dropout.
+
+    image_size: side of the (square) images the model is built for, in pixels; `interpolate_pos_encoding=True` runs
+        other sizes.
+    patch_size: side of a patch; `image_size` must be a multiple of it.
+    num_channels: channels of the input images (3 for RGB).
+    pooling: `"cls"` (ViT: a learned class token first in the sequence, whose final state stands for the image) or
+        `"mean"` (the mean of the patches' final states, without a class token).
+    position_embedding_type: `"learned"` (ViT: one vector per patch, interpolated bicubically for other sizes),
+        `"sinusoidal"` (the paper's encodings over the patch index), `"sinusoidal_2d"` (half of the channels encode the
+        patch's row, half its column, each with the paper's sinusoids) or `"none"`.
+    encoder_stride: the upsampling factor of the masked-image-modelling decoder; defaults to `patch_size`, which it
+        must equal for the reconstruction to have the image's size.
+    """
+
+    model_type = "aiayn_vision"
+    image_size: int = positive(default=224)
+    patch_size: int = positive(default=16)
+    num_channels: int = positive(default=3)
+    pooling: Literal["cls", "mean"] = "cls"
+    encoder_stride: int | None = positive(default=None)
+    position_embedding_type: VisionPositionType = "learned"
+    norm_first: bool = True
+    layer_norm_eps: float = positive(default=1e-12)
+    hidden_act: str = activation_name(default="gelu")
+    scale_embedding: bool = False
+    dropout: float | int = dropout_probability(default=0.0)
+    attention_dropout: float | int = dropout_probability(default=0.0)
+    activation_dropout: float | int = dropout_probability(default=0.0)
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.encoder_stride is None:
+            self.encoder_stride = self.patch_size
+
+    def validate_image_geometry(self):
+        """Patches tile the image; 2-D sinusoids split the channels in four (sine and cosine, row and column)."""
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size}): the patches "
+                "tile the image."
+            )
+        if self.position_embedding_type == "sinusoidal_2d" and self.d_model % 4:
+            raise ValueError(
+                f"sinusoidal_2d positions give half of the channels to rows and half to columns, each as sine and "
+                f"cosine pairs: d_model must be a multiple of 4, got {self.d_model}."
+            )
+
+    @property
+    def grid_size(self) -> int:
+        """Patches along each side of an image of `image_size`."""
+        return self.image_size // self.patch_size
+
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """`AiaynVisionModel`'s tensor-parallel plan: its stack (`stack_tp_plan`) without a token table."""
+        plan = self.stack_tp_plan("encoder")
+        del plan["encoder.embeddings.embed_tokens"]
+        return plan
+
+
 def _pipelines_registered_here(custom_pipelines: dict) -> bool:
     """Whether this process registered each pipeline of `custom_pipelines` for its task (aiayn is imported)."""
     from transformers.pipelines import PIPELINE_REGISTRY
@@ -398,7 +465,12 @@ def _pipelines_registered_here(custom_pipelines: dict) -> bool:
     return True
 
 
-FAMILY_CONFIGS = {"encoder": AiaynEncoderConfig, "decoder": AiaynDecoderConfig, "seq2seq": AiaynSeq2SeqConfig}
+FAMILY_CONFIGS = {
+    "encoder": AiaynEncoderConfig,
+    "decoder": AiaynDecoderConfig,
+    "seq2seq": AiaynSeq2SeqConfig,
+    "vision": AiaynVisionConfig,
+}
 
 # The paper's models, value by value. Section 3.4: one token table for source and target, tied to the output
 # projection and scaled by sqrt(d_model); 3.5: sinusoidal positions; 3.1: post-LN residual blocks. Section 5.4 names
@@ -559,6 +631,15 @@ PRESETS: dict[str, tuple[str, dict]] = {
             "max_position_embeddings": 256,
         },
     ),
+    # ViT-B/16 (the vision config's defaults are ViT's choices).
+    "vit-base": (
+        "vision",
+        {"image_size": 224, "patch_size": 16, "d_model": 768, "d_ff": 3072, "num_heads": 12, "num_layers": 12},
+    ),
+    "tiny-vision": (
+        "vision",
+        {"image_size": 32, "patch_size": 4, "d_model": 64, "d_ff": 128, "num_heads": 4, "num_layers": 2},
+    ),
 }
 
 
@@ -582,6 +663,7 @@ __all__ = [
     "AiaynEncoderConfig",
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
+    "AiaynVisionConfig",
     "PRESETS",
     "preset_config",
 ]

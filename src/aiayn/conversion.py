@@ -1,4 +1,4 @@
-"""Conversion of transformers' BERT, GPT-2, T5 and BART models into aiayn models that compute the same outputs.
+"""Conversion of transformers' BERT, GPT-2, T5, BART and ViT models into aiayn models that compute the same outputs.
 
 `convert_from_hf(model)` translates the config and copies the weights into the aiayn family and head that match the
 model's class; `convert_checkpoint(src, dst)` does the same for a folder saved by transformers and writes a folder
@@ -7,7 +7,8 @@ that loads through the Auto classes, with aiayn installed or with `trust_remote_
 Every projection maps onto the shared blocks: BERT is a post-LN encoder with learned positions, token types and an
 embedding norm; GPT-2 a pre-LN decoder with learned positions and the tanh GELU; T5 a pre-RMSNorm encoder-decoder
 with the relative position bias, unscaled attention and no biases; BART a post-LN encoder-decoder with learned
-positions (its table is offset by two rows) and embedding norms. The BERT, GPT-2 and T5 configs start from the presets
+positions (its table is offset by two rows) and embedding norms; ViT a pre-LN encoder over image patches with a class
+token and learned positions. The BERT, GPT-2 and T5 configs start from the presets
 of the same names (`bert-base`, `gpt2-small`, `t5-small`), which hold those choices once, and take sizes, norms'
 epsilon, activation, dropout and special tokens from the source.
 
@@ -24,7 +25,14 @@ import torch
 import transformers
 from transformers import PreTrainedModel
 
-from .configuration_aiayn import AiaynConfig, AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig, preset_config
+from .configuration_aiayn import (
+    AiaynConfig,
+    AiaynDecoderConfig,
+    AiaynEncoderConfig,
+    AiaynSeq2SeqConfig,
+    AiaynVisionConfig,
+    preset_config,
+)
 from .modeling_aiayn import AiaynPreTrainedModel
 
 StateDict = dict[str, torch.Tensor]
@@ -336,6 +344,59 @@ def _bart_lm_head(state: StateDict) -> StateDict:
     return _lm_head(state)
 
 
+# ViT --------------------------------------------------------------------------------------------------------------
+
+
+def _vit_config(config: transformers.ViTConfig, lm_head_is_tied: bool) -> AiaynVisionConfig:
+    if not config.qkv_bias:
+        raise ValueError("ViT without query, key and value biases (qkv_bias=False) is not supported.")
+    if config.pooler_act != "tanh" or config.pooler_output_size not in (None, config.hidden_size):
+        raise ValueError("Only ViT's default pooler (tanh, d_model wide) converts.")
+    image_size, patch_size = config.image_size, config.patch_size
+    if isinstance(image_size, (list, tuple)) or isinstance(patch_size, (list, tuple)):
+        raise ValueError("Only square images and patches (an int image_size and patch_size) convert.")
+    return preset_config(
+        "vit-base",
+        image_size=image_size,
+        patch_size=patch_size,
+        num_channels=config.num_channels,
+        encoder_stride=config.encoder_stride,
+        d_model=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        d_ff=config.intermediate_size,
+        num_layers=config.num_hidden_layers,
+        layer_norm_eps=config.layer_norm_eps,
+        hidden_act=_activation(config.hidden_act),
+        dropout=config.hidden_dropout_prob,
+        attention_dropout=config.attention_probs_dropout_prob,
+        classifier_dropout=0.0,  # ViT's classifier is a linear layer alone
+        **_label_fields(config),
+    )
+
+
+def _vit_vision(state: StateDict, config: AiaynConfig) -> StateDict:
+    """ViTModel's weights as AiaynVisionModel's."""
+    out = {"embeddings.cls_token": state["embeddings.cls_token"]}
+    out["embeddings.position_embeddings"] = state["embeddings.position_embeddings"]
+    if "embeddings.mask_token" in state:
+        out["embeddings.mask_token"] = state["embeddings.mask_token"]
+    for name in ("weight", "bias"):
+        out[f"embeddings.patch_embeddings.projection.{name}"] = state[f"embeddings.patch_embeddings.projection.{name}"]
+    for i in range(config.num_layers):
+        source, target = f"layers.{i}", f"encoder.layers.{i}"
+        qkv = [f"{source}.attention.{name}_proj" for name in ("q", "k", "v")]
+        _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
+        _copy_linear(out, state, [f"{source}.attention.o_proj"], f"{target}.self_attn.o_proj")
+        _copy_norm(out, state, f"{source}.layernorm_before", f"{target}.self_attn_norm")
+        _copy_linear(out, state, [f"{source}.mlp.fc1"], f"{target}.ffn.up_proj")
+        _copy_linear(out, state, [f"{source}.mlp.fc2"], f"{target}.ffn.down_proj")
+        _copy_norm(out, state, f"{source}.layernorm_after", f"{target}.ffn_norm")
+    _copy_norm(out, state, "layernorm", "encoder.final_norm")
+    if "pooler.dense.weight" in state:
+        _copy_linear(out, state, ["pooler.dense"], "pooler.dense")
+    return out
+
+
 # reference class -> (aiayn class, reference base-model attribute or None, base weights, head weights)
 _CONVERSIONS = {
     "BertModel": ("AiaynEncoderModel", None, _bert_encoder, None),
@@ -352,6 +413,8 @@ _CONVERSIONS = {
     "T5ForConditionalGeneration": ("AiaynSeq2SeqForConditionalGeneration", "", _t5_seq2seq, _lm_head),
     "BartModel": ("AiaynSeq2SeqModel", None, _bart_seq2seq, None),
     "BartForConditionalGeneration": ("AiaynSeq2SeqForConditionalGeneration", "model", _bart_seq2seq, _bart_lm_head),
+    "ViTModel": ("AiaynVisionModel", None, _vit_vision, None),
+    "ViTForImageClassification": ("AiaynVisionForImageClassification", "vit", _vit_vision, _bert_classifier_head),
 }
 SUPPORTED_MODELS = tuple(_CONVERSIONS)
 
@@ -361,9 +424,17 @@ def _aiayn_config(model: PreTrainedModel) -> AiaynConfig:
     although transformers forces `tie_word_embeddings=True` on T5 configs); models without a head keep the config's."""
     lm_head = model.get_output_embeddings()
     tied = (
-        model.config.tie_word_embeddings if lm_head is None else lm_head.weight is model.get_input_embeddings().weight
+        getattr(model.config, "tie_word_embeddings", False)
+        if lm_head is None
+        else lm_head.weight is model.get_input_embeddings().weight
     )
-    translate = {"bert": _bert_config, "gpt2": _gpt2_config, "t5": _t5_config, "bart": _bart_config}
+    translate = {
+        "bert": _bert_config,
+        "gpt2": _gpt2_config,
+        "t5": _t5_config,
+        "bart": _bart_config,
+        "vit": _vit_config,
+    }
     return translate[model.config.model_type](model.config, tied)
 
 
@@ -399,8 +470,8 @@ def convert_from_hf(model: PreTrainedModel) -> AiaynPreTrainedModel:
 
 
 def convert_checkpoint(source: str, destination: str, allow_pickle: bool = False) -> AiaynPreTrainedModel:
-    """Converts the transformers model saved in folder `source` (and its tokenizer, when it has one) into a folder
-    `destination` that loads with aiayn installed or with `trust_remote_code=True`. Pickled weights
+    """Converts the transformers model saved in folder `source` (with its tokenizer or image processor, where it has
+    one) into a folder `destination` that loads with aiayn installed or with `trust_remote_code=True`. Pickled weights
     (`pytorch_model.bin`) are only read with `allow_pickle`, and then with `torch.load(weights_only=True)`."""
     config_path = os.path.join(source, "config.json")
     if not os.path.isfile(config_path):
@@ -422,10 +493,12 @@ def convert_checkpoint(source: str, destination: str, allow_pickle: bool = False
     model = model_class.from_pretrained(source, use_safetensors=None if allow_pickle else True)
     converted = convert_from_hf(model)
     converted.save_pretrained(destination)
+    vision = converted.config.model_type == "aiayn_vision"
+    processor_class = transformers.AutoImageProcessor if vision else transformers.AutoTokenizer
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+        processor = processor_class.from_pretrained(source)
     except (OSError, ValueError):
-        tokenizer = None
-    if tokenizer is not None:
-        tokenizer.save_pretrained(destination)
+        processor = None
+    if processor is not None:
+        processor.save_pretrained(destination)
     return converted

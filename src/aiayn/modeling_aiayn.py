@@ -673,6 +673,8 @@ class AiaynStack(AiaynPreTrainedModel):
     """Embeddings and `num_layers` layers (Figure 1): the encoder (bidirectional self-attention) or the decoder
     (causal self-attention and, with `has_cross_attention`, encoder-decoder attention). Pre-LN stacks end with a
     final norm. The position bias (relative) or rotation (rotary) is computed once per call and shared by the layers.
+    A stack without a token table (`embed_tokens=None`: the vision family, whose patches come embedded) reads
+    `inputs_embeds` as they are.
     """
 
     _can_record_outputs = {
@@ -684,7 +686,7 @@ class AiaynStack(AiaynPreTrainedModel):
     def __init__(
         self,
         config: AiaynConfig,
-        embed_tokens: nn.Embedding,
+        embed_tokens: nn.Embedding | None,
         num_layers: int,
         is_causal: bool,
         has_cross_attention: bool = False,
@@ -692,7 +694,7 @@ class AiaynStack(AiaynPreTrainedModel):
         super().__init__(config)
         self.is_causal = is_causal
         self.has_cross_attention = has_cross_attention
-        self.embeddings = AiaynEmbeddings(config, embed_tokens)
+        self.embeddings = AiaynEmbeddings(config, embed_tokens) if embed_tokens is not None else None
         self.relative_position_bias = (
             AiaynRelativePositionBias(config, bidirectional=not is_causal)
             if config.position_embedding_type == "relative"
@@ -712,8 +714,8 @@ class AiaynStack(AiaynPreTrainedModel):
         super().init_parallel_plans()
         self._tp_plan, self._pp_plan = {}, {}
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+    def get_input_embeddings(self) -> nn.Embedding | None:
+        return self.embeddings.embed_tokens if self.embeddings is not None else None
 
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.embed_tokens = value
@@ -768,7 +770,10 @@ class AiaynStack(AiaynPreTrainedModel):
             position_ids = position_ids_from_mask(attention_mask, past_length, seq_length, tokens.device)
         self._check_positions(position_ids)
 
-        hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
+        if self.embeddings is not None:
+            hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
+        else:
+            hidden_states = inputs_embeds
         self_attention_inputs = self._self_attention_inputs(
             hidden_states, attention_mask, self_attention_cache, position_ids, past_length, global_attention_mask
         )
@@ -801,8 +806,10 @@ class AiaynStack(AiaynPreTrainedModel):
     ):
         """Raises `ValueError` for token ids outside the vocabulary and padding masks of the wrong shape."""
         prefix = "decoder_" if self.has_cross_attention else ""
-        vocab_size = self.embeddings.embed_tokens.num_embeddings
-        check_token_ids(input_ids, vocab_size, f"{prefix}input_ids", "vocab_size")
+        if self.embeddings is None and input_ids is not None:
+            raise ValueError("This stack has no token table: its inputs come embedded (inputs_embeds).")
+        if input_ids is not None:
+            check_token_ids(input_ids, self.embeddings.embed_tokens.num_embeddings, f"{prefix}input_ids", "vocab_size")
         if torch.compiler.is_compiling():
             return
         (batch_size, seq_length), past_length = shape, int(past_length)
@@ -845,6 +852,7 @@ class AiaynStack(AiaynPreTrainedModel):
         """Learned positions exist up to `max_position_embeddings`; the other types extend to any length."""
         if (
             self.config.position_embedding_type != "learned"
+            or self.embeddings is None  # the family adds its positions to the embedded inputs
             or position_ids.numel() == 0
             or torch.compiler.is_compiling()
         ):
@@ -975,6 +983,17 @@ class AiaynStack(AiaynPreTrainedModel):
         if attention_mask.dtype == torch.bool:
             return torch.where(attention_mask, position_bias, torch.finfo(position_bias.dtype).min), None
         return attention_mask.to(position_bias.dtype) + position_bias, None
+
+
+class AiaynPooler(nn.Module):
+    """BERT's and ViT's pooler: a dense layer and tanh over the first position's final hidden state."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))
 
 
 class AiaynClassificationHead(nn.Module):

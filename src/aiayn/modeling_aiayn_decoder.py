@@ -29,7 +29,7 @@ from .modeling_aiayn import (
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynDecoderConfig
     description = "GPT-style decoder-only Transformer"
-    language_model_auto_class = "AutoModelForCausalLM"
+    pretraining_auto_class = "AutoModelForCausalLM"
     lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {

@@ -14,6 +14,7 @@ from .modeling_aiayn import (
     AiaynForSequenceClassification,
     AiaynForTokenClassification,
     AiaynLanguageModel,
+    AiaynPooler,
     AiaynPreTrainedModel,
     AiaynStack,
     AiaynTokenEmbedding,
@@ -25,7 +26,7 @@ from .modeling_aiayn import (
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynEncoderConfig
     description = "BERT-style encoder-only Transformer"
-    language_model_auto_class = "AutoModelForMaskedLM"
+    pretraining_auto_class = "AutoModelForMaskedLM"
     lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
@@ -59,17 +60,6 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
         )
 
 
-class AiaynEncoderPooler(nn.Module):
-    """BERT's pooler: a dense layer and tanh over the first token's final hidden state."""
-
-    def __init__(self, config: AiaynEncoderConfig):
-        super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.use_bias)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden_states[:, 0]))
-
-
 class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
     """The bidirectional encoder stack; with `add_pooling_layer`, also BERT's pooled first-token output."""
 
@@ -77,7 +67,7 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
         super().__init__(config)
         embed_tokens = AiaynTokenEmbedding(config.vocab_size, config.d_model)
         self.encoder = AiaynStack(config, embed_tokens, config.num_layers, is_causal=False)
-        self.pooler = AiaynEncoderPooler(config) if add_pooling_layer else None
+        self.pooler = AiaynPooler(config) if add_pooling_layer else None
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
