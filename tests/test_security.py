@@ -88,9 +88,13 @@ def saved_code(folder: str) -> dict[str, ast.Module]:
     return code
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "vision"])
 def test_a_hub_folder_holds_no_pickle_and_only_code_that_needs_nothing_but_torch_and_transformers(family, tmp_path):
-    save_hub_folder(lm_model(family), word_tokenizer(), str(tmp_path))
+    if family == "vision":
+        model = transformers.AutoModelForImageClassification.from_config(aiayn.preset_config("tiny-vision"))
+        save_hub_folder(model, transformers.ViTImageProcessor(), str(tmp_path))
+    else:
+        save_hub_folder(lm_model(family), word_tokenizer(), str(tmp_path))
     assert not [name for name in os.listdir(tmp_path) if name.endswith((".bin", ".pt", ".pth", ".pkl", ".ckpt"))]
     code = saved_code(str(tmp_path))
     expected = {

@@ -29,8 +29,9 @@ def presets_table() -> str:
         if family == "seq2seq":
             layers += f"+{config.num_decoder_layers}"
         norm = ("pre-" if config.norm_first else "post-") + config.norm_type
+        vocab = "-" if family == "vision" else str(config.vocab_size)  # images have pixels, not a vocabulary
         rows.append(
-            (name, family, str(config.vocab_size), str(config.d_model), str(config.num_heads), str(config.d_ff),
+            (name, family, vocab, str(config.d_model), str(config.num_heads), str(config.d_ff),
              layers, config.position_embedding_type, norm, f"{count_parameters(config) / 1e6:.1f}M")
         )  # fmt: skip
     widths = [max(len(row[i]) for row in (columns, *rows)) for i in range(len(columns))]
@@ -59,14 +60,16 @@ def write_hub_folder(args: argparse.Namespace) -> None:
     if model_class is None:
         raise UsageError(f"{args.source} does not hold an aiayn model ({architecture!r}).")
     model = model_class.from_pretrained(args.source)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(args.source)
+    vision = model.config.model_type == "aiayn_vision"
+    processor_class = transformers.AutoImageProcessor if vision else transformers.AutoTokenizer
+    processor = processor_class.from_pretrained(args.source)
     recorded = {}
     for key, name in (("metrics", "all_results.json"), ("training_arguments", "training_args.json")):
         if os.path.isfile(os.path.join(args.source, name)):
             with open(os.path.join(args.source, name)) as f:
                 recorded[key] = json.load(f)
     card = save_hub_folder(
-        model, tokenizer, args.destination, repo_id=args.repo_id, task=args.task, datasets=args.dataset,
+        model, processor, args.destination, repo_id=args.repo_id, task=args.task, datasets=args.dataset,
         language=args.language or None, license=args.license, **recorded,
     )  # fmt: skip
     print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")

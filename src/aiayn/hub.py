@@ -25,6 +25,8 @@ HEADS = {
     "ForTokenClassification": ("token-classification", "AutoModelForTokenClassification"),
     "ForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering"),
     "ForMultipleChoice": ("multiple-choice", "AutoModelForMultipleChoice"),
+    "ForImageClassification": ("image-classification", "AutoModelForImageClassification"),
+    "ForMaskedImageModeling": ("image-feature-extraction", "AutoModelForMaskedImageModeling"),
     "Model": ("feature-extraction", "AutoModel"),
 }
 # Metric name in the run's results -> (model-index metric type, readable name).
@@ -69,6 +71,8 @@ def model_card(
     family = family_of(config.model_type)
     head = head_of(model)
     default_task, auto_class = HEADS[head]
+    if family == "vision" and head == "Model":
+        default_task = "image-feature-extraction"
     task = task or default_task
     metrics = metrics or {}
     results = [
@@ -122,16 +126,17 @@ def model_card(
 
 def save_hub_folder(
     model: transformers.PreTrainedModel,
-    tokenizer,
+    processor,
     folder: str,
     repo_id: str | None = None,
     **card_fields,
 ) -> ModelCard:
-    """Writes the folder `push_to_hub` would upload: weights, config, generation config, tokenizer, modeling code and
-    `README.md` (the card of `model_card`, given `card_fields`). Returns the card."""
+    """Writes the folder `push_to_hub` would upload: weights, config, generation config, the tokenizer (or a vision
+    model's image processor), modeling code and `README.md` (the card of `model_card`, given `card_fields`). Returns
+    the card."""
     model.save_pretrained(folder)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(folder)
+    if processor is not None:
+        processor.save_pretrained(folder)
     card = model_card(model, repo_id or os.path.basename(os.path.abspath(folder)), **card_fields)
     card.save(os.path.join(folder, "README.md"))
     return card
