@@ -8,6 +8,10 @@ Pairs (by default d_model 512, 6 layers per stack, 8 heads, d_ff 2048, vocabular
     AiaynDecoderForCausalLM             vs  GPT2LMHeadModel            (the conversion of the reference)
     AiaynSeq2SeqForConditionalGeneration vs T5ForConditionalGeneration (the conversion of the reference)
     AiaynSeq2SeqForConditionalGeneration vs MarianMTModel              (transformer-base; same shapes, own weights)
+    AiaynVisionForImageClassification    vs ViTForImageClassification  (the conversion of the reference; patches of
+                                                                         16, a sequence length of n patches meaning
+                                                                         images of 16 * floor(sqrt(n)) pixels a side,
+                                                                         1000 classes)
 
 For each pair and sequence length it measures
 - the training step (forward with labels, backward, AdamW step) in tokens per second, each model as its users call
@@ -40,6 +44,7 @@ import argparse
 import copy
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -150,12 +155,36 @@ def marian_pair(shape: dict, max_length: int):
     return aiayn.AiaynSeq2SeqForConditionalGeneration(config), reference
 
 
+def vit_pair(shape: dict, length: int):
+    reference = transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            image_size=image_side(length),
+            patch_size=VIT_PATCH,
+            hidden_size=shape["d_model"],
+            num_hidden_layers=shape["layers"],
+            num_attention_heads=shape["heads"],
+            intermediate_size=shape["d_ff"],
+            num_labels=1000,
+        )
+    )
+    return convert_from_hf(reference), reference
+
+
+VIT_PATCH = 16
+
+
+def image_side(length: int) -> int:
+    """The side of the square images whose patches of `VIT_PATCH` make a sequence of about `length` (at most)."""
+    return VIT_PATCH * math.isqrt(length)
+
+
 # name: (builder, family, the reference's name, whether the two hold the same weights)
 PAIRS = {
     "bert": (bert_pair, "encoder", "BertForMaskedLM", True),
     "gpt2": (gpt2_pair, "decoder", "GPT2LMHeadModel", True),
     "t5": (t5_pair, "seq2seq", "T5ForConditionalGeneration", True),
     "marian": (marian_pair, "seq2seq", "MarianMTModel", False),
+    "vit": (vit_pair, "vision", "ViTForImageClassification", True),
 }
 
 
@@ -175,6 +204,13 @@ def training_flops(config: aiayn.AiaynConfig, batch: int, length: int, scored: i
     def self_attention(queries: int) -> int:
         return 2 * queries * d * 4 * inner + 4 * queries * queries * inner
 
+    if (
+        config.model_type == "aiayn_vision"
+    ):  # `length` patches and the class token; the patch projection and classifier
+        tokens = length + 1
+        patches = 2 * length * config.num_channels * config.patch_size**2 * d
+        per_image = config.num_layers * (self_attention(tokens) + tokens * feed_forward) + patches
+        return 3 * batch * (per_image + 2 * d * config.num_labels)
     per_layer = self_attention(length) + length * feed_forward
     if config.model_type != "aiayn_seq2seq":
         head = 2 * scored * d * (config.vocab_size + (d if config.model_type == "aiayn_encoder" else 0))
@@ -233,6 +269,14 @@ class Workload:
         self.family, self.device, self.compiled = family, spec["device"], spec["compile"]
         self.length, self.batch, self.new_tokens = spec["length"], spec["batch"], spec["new_tokens"]
         vocab = SHAPES[spec["shape"]]["vocab"]
+        if family == "vision":  # images whose patches are the sequence, and a class for each
+            side = image_side(self.length)
+            self.length = (side // VIT_PATCH) ** 2
+            pixels = torch.randn(self.batch, 3, side, side, generator=generator)
+            self.inputs = {"pixel_values": pixels.to(self.device)}
+            self.labels = torch.randint(0, 1000, (self.batch,), generator=generator).to(self.device)
+            self.scored, self.optimizers, self.compiled_models = self.batch, {}, {}
+            return
         ids = torch.randint(3, vocab, (self.batch, self.length), generator=generator)
         self.inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if family == "encoder":
@@ -306,14 +350,16 @@ class Workload:
 
 
 def kinds_of(family: str) -> tuple[str, ...]:
-    return KINDS if family != "encoder" else tuple(kind for kind in KINDS if not kind.startswith("generate"))
+    generates = family in ("decoder", "seq2seq")
+    return KINDS if generates else tuple(kind for kind in KINDS if not kind.startswith("generate"))
 
 
 def build(spec: dict):
     """The pair's two models on the device (float32), and the workload."""
     builder, family, _, _ = PAIRS[spec["pair"]]
     torch.manual_seed(0)
-    aiayn_model, reference = builder(SHAPES[spec["shape"]], spec["length"] + spec["new_tokens"])
+    extent = spec["length"] if family == "vision" else spec["length"] + spec["new_tokens"]  # what the models read
+    aiayn_model, reference = builder(SHAPES[spec["shape"]], extent)
     models = {"aiayn": aiayn_model, "reference": reference}
     for model in models.values():
         model.set_attn_implementation("sdpa")
