@@ -66,12 +66,29 @@ def _copy_linear(out: StateDict, state: StateDict, sources: list[str], target: s
         out[f"{target}.bias"] = torch.cat([state[f"{source}.bias"] for source in sources])
 
 
+def _copy_layer(out: StateDict, state: StateDict, source: str, target: str, names) -> None:
+    """The weights of one layer: each aiayn part of `names` ((part, reference parts fused into it), ...) from the
+    reference's layer `source` into aiayn's layer `target` (a norm is one part, whose weight and bias copy alike)."""
+    for part, sources in names:
+        _copy_linear(out, state, [f"{source}.{name}" for name in sources], f"{target}.{part}")
+
+
 def _prefixed(state: StateDict, prefix: str) -> StateDict:
     """The entries of `state` under `prefix.`, without it."""
     return {name[len(prefix) + 1 :]: tensor for name, tensor in state.items() if name.startswith(prefix + ".")}
 
 
 # BERT ------------------------------------------------------------------------------------------------------------
+
+# aiayn's layer part -> BERT's parts (fused in this order).
+BERT_LAYER_NAMES = (
+    ("self_attn.qkv_proj", ("attention.self.query", "attention.self.key", "attention.self.value")),
+    ("self_attn.o_proj", ("attention.output.dense",)),
+    ("self_attn_norm", ("attention.output.LayerNorm",)),
+    ("ffn.up_proj", ("intermediate.dense",)),
+    ("ffn.down_proj", ("output.dense",)),
+    ("ffn_norm", ("output.LayerNorm",)),
+)
 
 
 def _bert_config(config: transformers.BertConfig, lm_head_is_tied: bool) -> AiaynEncoderConfig:
@@ -110,14 +127,7 @@ def _bert_encoder(state: StateDict, config: AiaynConfig) -> StateDict:
     }
     _copy_norm(out, state, "embeddings.LayerNorm", "encoder.embeddings.norm")
     for i in range(config.num_layers):
-        source, target = f"encoder.layer.{i}", f"encoder.layers.{i}"
-        qkv = [f"{source}.attention.self.{name}" for name in ("query", "key", "value")]
-        _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
-        _copy_linear(out, state, [f"{source}.attention.output.dense"], f"{target}.self_attn.o_proj")
-        _copy_norm(out, state, f"{source}.attention.output.LayerNorm", f"{target}.self_attn_norm")
-        _copy_linear(out, state, [f"{source}.intermediate.dense"], f"{target}.ffn.up_proj")
-        _copy_linear(out, state, [f"{source}.output.dense"], f"{target}.ffn.down_proj")
-        _copy_norm(out, state, f"{source}.output.LayerNorm", f"{target}.ffn_norm")
+        _copy_layer(out, state, f"encoder.layer.{i}", f"encoder.layers.{i}", BERT_LAYER_NAMES)
     if "pooler.dense.weight" in state:
         _copy_linear(out, state, ["pooler.dense"], "pooler.dense")
     return out
@@ -333,8 +343,7 @@ def _bart_seq2seq(state: StateDict, config: AiaynSeq2SeqConfig) -> StateDict:
         _copy_norm(out, state, f"{stack}.layernorm_embedding", f"{stack}.embeddings.norm")
         for i in range(num_layers):
             layer = f"{stack}.layers.{i}"
-            for target, sources in _bart_layer_names(stack == "decoder"):
-                _copy_linear(out, state, [f"{layer}.{source}" for source in sources], f"{layer}.{target}")
+            _copy_layer(out, state, layer, layer, _bart_layer_names(stack == "decoder"))
     return out
 
 
@@ -374,6 +383,17 @@ def _vit_config(config: transformers.ViTConfig, lm_head_is_tied: bool) -> AiaynV
     )
 
 
+# aiayn's layer part -> ViT's parts (pre-LN: `layernorm_before` normalises the attention's input).
+VIT_LAYER_NAMES = (
+    ("self_attn.qkv_proj", ("attention.q_proj", "attention.k_proj", "attention.v_proj")),
+    ("self_attn.o_proj", ("attention.o_proj",)),
+    ("self_attn_norm", ("layernorm_before",)),
+    ("ffn.up_proj", ("mlp.fc1",)),
+    ("ffn.down_proj", ("mlp.fc2",)),
+    ("ffn_norm", ("layernorm_after",)),
+)
+
+
 def _vit_vision(state: StateDict, config: AiaynConfig) -> StateDict:
     """ViTModel's weights as AiaynVisionModel's."""
     out = {"embeddings.cls_token": state["embeddings.cls_token"]}
@@ -383,14 +403,7 @@ def _vit_vision(state: StateDict, config: AiaynConfig) -> StateDict:
     for name in ("weight", "bias"):
         out[f"embeddings.patch_embeddings.projection.{name}"] = state[f"embeddings.patch_embeddings.projection.{name}"]
     for i in range(config.num_layers):
-        source, target = f"layers.{i}", f"encoder.layers.{i}"
-        qkv = [f"{source}.attention.{name}_proj" for name in ("q", "k", "v")]
-        _copy_linear(out, state, qkv, f"{target}.self_attn.qkv_proj")
-        _copy_linear(out, state, [f"{source}.attention.o_proj"], f"{target}.self_attn.o_proj")
-        _copy_norm(out, state, f"{source}.layernorm_before", f"{target}.self_attn_norm")
-        _copy_linear(out, state, [f"{source}.mlp.fc1"], f"{target}.ffn.up_proj")
-        _copy_linear(out, state, [f"{source}.mlp.fc2"], f"{target}.ffn.down_proj")
-        _copy_norm(out, state, f"{source}.layernorm_after", f"{target}.ffn_norm")
+        _copy_layer(out, state, f"layers.{i}", f"encoder.layers.{i}", VIT_LAYER_NAMES)
     _copy_norm(out, state, "layernorm", "encoder.final_norm")
     if "pooler.dense.weight" in state:
         _copy_linear(out, state, ["pooler.dense"], "pooler.dense")
