@@ -114,6 +114,13 @@ class BandedAttention:
         # Block-relative coordinates: query i of block b is at b * block + i, its key j at b * block + j - before.
         self.query_offsets = torch.arange(geometry.block, device=device)
         self.key_offsets = torch.arange(geometry.keys, device=device) - geometry.before
+        # The window at every distance a band spans, key minus query from (-before - block + 1) up, then each query's
+        # row of it (query i reads the `keys` distances starting at -before - i): a window depends on the distance
+        # between query and key only, so every block shares it.
+        distances = torch.arange(geometry.keys + geometry.block - 1, device=device)
+        origin = distances.new_zeros(())
+        along = self.allows(origin, origin, origin, distances - (geometry.before + geometry.block - 1))
+        self.window = along.unfold(0, geometry.keys, 1).flip(0).contiguous()  # (block, keys), rows as sdpa reads them
         # The blocks of each row whose band reaches past the row: the first ones, and the last ones (with one more
         # for a row that ends inside its last block).
         first, last = geometry.before // geometry.block, geometry.after // geometry.block + 1
@@ -130,18 +137,9 @@ class BandedAttention:
         return self.position_bias(self.key_offsets[None, :] - self.query_offsets[:, None])
 
     def _band_allowed(self, blocks: torch.Tensor) -> torch.Tensor:
-        """Which keys of each band the window allows: `(len(blocks), block, keys)`; keys outside the sequence never.
-        A window depends on the distance between query and key only, so it is evaluated once, at the positions of a
-        block's own coordinates."""
-        geometry = self.geometry
-        # The window at every distance a band spans, key minus query from (-before - block + 1) up, then each query's
-        # row of it: query i reads the `keys` distances starting at -before - i.
-        distances = torch.arange(geometry.keys + geometry.block - 1, device=blocks.device)
-        origin = distances.new_zeros(())
-        along = self.allows(origin, origin, origin, distances - (geometry.before + geometry.block - 1))
-        window = along.unfold(0, geometry.keys, 1).flip(0).contiguous()  # (block, keys), rows as sdpa reads them
-        keys = blocks[:, None, None] * geometry.block + self.key_offsets  # (blocks, 1, keys)
-        return window & (keys >= 0) & (keys < self.length)
+        """Which keys of each band the window allows: `(len(blocks), block, keys)`; keys outside the sequence never."""
+        keys = blocks[:, None, None] * self.geometry.block + self.key_offsets  # (blocks, 1, keys)
+        return self.window & (keys >= 0) & (keys < self.length)
 
     def _build_shared_masks(self, batch_size: int, first: int, last: int):
         """One mask for every block (`(1, heads or 1, block, keys)`), and one per block at the ends of a row."""
@@ -202,20 +200,22 @@ class BandedAttention:
             bias = self.position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
         return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, self.dtype), no_key
 
+    def rows(self, states: torch.Tensor) -> torch.Tensor:
+        """`(batch, heads, length, d)` states as `(batch, length padded to whole blocks, heads, d)`, a copy: sdpa's
+        backward then keeps it, not the whole query-key-value projection a view would keep alive."""
+        return F.pad(states.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * self.geometry.block - self.length))
+
     def blocks(self, query: torch.Tensor) -> torch.Tensor:
-        """`(batch, heads, length, d)` queries as blocks, `(batch * blocks, heads, block, d)`: a copy, which sdpa's
-        backward keeps instead of the whole query-key-value projection a view would keep alive."""
+        """`(batch, heads, length, d)` queries as blocks, `(batch * blocks, heads, block, d)`."""
         batch, heads, _, dim = query.shape
-        rows = F.pad(query.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * self.geometry.block - self.length))
-        return rows.reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
+        return self.rows(query).reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
 
     def bands(self, states: torch.Tensor) -> torch.Tensor:
         """`(batch, heads, length, d)` keys or values as the band of each block, `(batch * blocks, heads, keys, d)`:
         windows of one padded line of the rows (views of one copy), the global tokens' after them."""
         geometry = self.geometry
         batch, heads, _, dim = states.shape
-        rows = F.pad(states.transpose(1, 2), (0, 0, 0, 0, 0, self.num_blocks * geometry.block - self.length))
-        line = F.pad(rows.flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
+        line = F.pad(self.rows(states).flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
         bands = line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)
         if self.global_positions is None:
             return bands

@@ -366,14 +366,13 @@ class AiaynCrossAttention(AiaynAttention):
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         (query,) = self.project(self.q_proj, hidden_states, 1)
-        if cache is not None:
-            check_full_cross_attention_cache(cache.cross_attention_cache, self.layer_idx)
         if cache is not None and cache.is_updated.get(self.layer_idx):
             layer = cache.cross_attention_cache.layers[self.layer_idx]
             key, value = layer.keys, layer.values
         else:
             key, value = self.project(self.kv_proj, encoder_hidden_states, 2)
             if cache is not None:
+                check_full_cross_attention_cache(cache.cross_attention_cache, self.layer_idx)
                 key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                 cache.is_updated[self.layer_idx] = True
         return self.attend(query, key, value, inputs if inputs is not None else AttentionInputs(), **kwargs)
