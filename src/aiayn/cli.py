@@ -105,6 +105,16 @@ def convert(args: argparse.Namespace) -> None:
     print(f"wrote {type(model).__name__} to {args.destination}")
 
 
+def export(args: argparse.Namespace) -> None:
+    from .ctranslate2_export import export_ctranslate2
+
+    try:
+        export_ctranslate2(args.source, args.destination, args.quantization, args.force, args.max_positions)
+    except (ValueError, FileExistsError, ImportError) as error:
+        raise UsageError(error) from error
+    print(f"wrote the CTranslate2 model ({args.quantization}) of {args.source} to {args.destination}")
+
+
 def average(args: argparse.Namespace) -> None:
     from .averaging import average_checkpoints, checkpoint_folders
 
@@ -153,6 +163,19 @@ def _convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("destination", help="folder to write the aiayn model and tokenizer to")
     parser.add_argument(
         "--allow-pickle", action="store_true", help="also read pytorch_model.bin (with torch.load(weights_only=True))"
+    )
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    from .ctranslate2_export import QUANTIZATIONS
+
+    parser.add_argument("format", choices=["ctranslate2"], help="the inference engine to export to")
+    parser.add_argument("source", help="a saved aiayn folder with its tokenizer (seq2seq, decoder or encoder)")
+    parser.add_argument("destination", help="the engine's model folder to write")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS, default="float32", help="the weights' type")
+    parser.add_argument("--force", action="store_true", help="replace the destination if it exists")
+    parser.add_argument(
+        "--max-positions", type=int, help="rows of the written sinusoid table (default: max_position_embeddings)"
     )
 
 
@@ -225,6 +248,10 @@ COMMANDS = {
     "convert": Command(
         "convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder",
         _convert_arguments, convert,
+    ),
+    "export": Command(
+        "export a saved folder to an inference engine: CTranslate2 (Translator, Generator, Encoder)",
+        _export_arguments, export,
     ),
     "average": Command(
         "average the weights of checkpoints (the paper averages the last 5 or 20)", _average_arguments, average
