@@ -75,6 +75,21 @@ def test_the_int8_benchmark_quantises_every_aiayn_projection_and_only_gpt2s_head
         assert rows[("aiayn", form)] == "9/9" and rows[("GPT-2", form)] == "1/9", form
 
 
+@pytest.mark.parametrize("family", ["decoder", "seq2seq"])
+def test_the_ctranslate2_benchmark_decodes_every_form_and_the_engines_float32_as_aiayn(family):
+    script = os.path.join(os.path.dirname(COMPARE), "ctranslate2_decoding.py")
+    arguments = ["--family", family, "--d-model", "64", "--layers", "2", "--vocab", "300", "--prompt", "8"]
+    command = [sys.executable, script, *arguments, "--new-tokens", "4", "--repeats", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [[cell.strip() for cell in line.split("|")] for line in result.stdout.splitlines() if line.count("|") == 9]
+    by_form = {(row[0], row[2], row[3]): row for row in rows[1:]}
+    assert len(by_form) == 5 * 2 * 2  # forms x searches x batches
+    assert by_form[("CTranslate2 float32", "greedy", "1")][-1] == "100.0%"
+    float32, int8 = (float(by_form[(form, "greedy", "1")][1]) for form in ("aiayn float32", "CTranslate2 int8"))
+    assert int8 < float32 / 3  # a byte and a row scale per weight, against four bytes
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
     """The training step's peak memory (the benchmark's allocation trace), with and without the logits: the step
