@@ -73,6 +73,15 @@ def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
     translation = tmp_path / "transformer-en-de"
     assert transformers.AutoModelForSeq2SeqLM.from_pretrained(translation).generation_config.num_beams == 4
     assert (translation / "positional_encoding.png").exists()
+    # The translation folder exported to CTranslate2 in float32 and int8 answers through ctranslate2.Translator.
+    deployed = summary["transformer-en-de"]["ctranslate2"]
+    assert "CTranslate2 (float32), God spoke all these words, saying," in result.stdout
+    assert deployed["held_out"] == 3 and deployed["sentences"] > 0
+    assert 0 <= deployed["int8_identical_sentences"] <= 1 and 0 < deployed["int8_equal_tokens"] <= 1
+    assert math.isfinite(deployed["float32_bleu"]) and math.isfinite(deployed["int8_bleu"])
+    for quantization in ("float32", "int8"):
+        exported = set(os.listdir(tmp_path / f"transformer-en-de-ctranslate2-{quantization}"))
+        assert {"model.bin", "config.json", "shared_vocabulary.json", "tokenizer.json"} <= exported
 
 
 def test_figures_are_written(tmp_path):

@@ -10,7 +10,8 @@ and reloaded.
 4. The paper's translation model, shrunk, learns English to German on aligned Bible verses (a shared Unigram
    vocabulary) with the paper's recipe (`training.PaperRecipe`: its Adam, label smoothing and eq. (3)'s warmup then
    inverse square root, with warmup and peak scaled to the run; no dropout in the CPU's four epochs), and decodes
-   with the paper's beam 4, length penalty 0.6 and input length + 50.
+   with the paper's beam 4, length penalty 0.6 and input length + 50. The folder is exported to CTranslate2 in
+   float32 and int8 and translates through `ctranslate2.Translator`, int8 beside float32.
 5. A ViT-style model reads scikit-learn's handwritten digits (transformers' `ViTImageProcessor`) and learns to
    classify them; another pretrains by masked-image modelling on the same images without their labels, and is
    fine-tuned on 100 labelled images beside the same architecture trained on them from scratch. The classifier's
@@ -322,6 +323,62 @@ def show_translations(folder: str) -> list[str]:
     return outputs
 
 
+def deploy_translation(folder: str, trainer: transformers.Trainer, aiayn_translations: list[str]) -> dict:
+    """The translation folder exported to CTranslate2 in float32 and int8 (as `aiayn export ctranslate2` does) and
+    decoded by `ctranslate2.Translator` with the paper's beam 4 and length penalty 0.6: the held-out verses (beside
+    aiayn's own translations), then every validation source, where the int8 translations are compared with the
+    float32 ones (identical sentences and tokens at equal positions) and both are scored with BLEU."""
+    import ctranslate2
+    import sacrebleu
+
+    from ..ctranslate2_export import export_ctranslate2
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    generation = transformers.GenerationConfig.from_pretrained(folder)
+    translators = {}
+    for quantization in ("float32", "int8"):
+        path = export_ctranslate2(folder, f"{folder}-ctranslate2-{quantization}", quantization, force=True)
+        translators[quantization] = ctranslate2.Translator(path, intra_threads=torch.get_num_threads())
+
+    def translate(quantization: str, sources: list[list[int]]) -> list[list[str]]:
+        tokens = [tokenizer.convert_ids_to_tokens(source) for source in sources]
+        results = translators[quantization].translate_batch(
+            tokens, beam_size=generation.num_beams, length_penalty=generation.length_penalty, min_decoding_length=0,
+            max_decoding_length=max(map(len, sources)) + 50, max_batch_size=64,  # the paper's input length + 50
+        )  # fmt: skip
+        return [result.hypotheses[0] for result in results]
+
+    def text(translations: list[list[str]]) -> list[str]:
+        ids = [tokenizer.convert_tokens_to_ids(tokens) for tokens in translations]
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    held_out = [tokenizer(source).input_ids for source, _ in HELD_OUT_VERSES]
+    engine = text(translate("float32", held_out))
+    print(f"CTranslate2 (float32), {HELD_OUT_VERSES[0][0]}\n  ->  {engine[0]}")
+    sources = trainer.eval_dataset["input_ids"]
+    references = [tokenizer.decode([i for i in labels if i >= 0], skip_special_tokens=True)
+                  for labels in trainer.eval_dataset["labels"]]  # fmt: skip
+    outputs = {quantization: translate(quantization, sources) for quantization in translators}
+    pairs = list(zip(outputs["float32"], outputs["int8"], strict=True))
+    positions = sum(max(len(a), len(b)) for a, b in pairs)
+    report = {
+        "held_out_equal_to_aiayn": sum(a == b for a, b in zip(engine, aiayn_translations, strict=True)),
+        "held_out": len(engine),
+        "sentences": len(sources),
+        "int8_identical_sentences": sum(a == b for a, b in pairs) / len(pairs),
+        "int8_equal_tokens": sum(x == y for a, b in pairs for x, y in zip(a, b, strict=False)) / positions,
+    }
+    for quantization, translations in outputs.items():
+        report[f"{quantization}_bleu"] = sacrebleu.corpus_bleu(text(translations), [references]).score
+    print(
+        f"CTranslate2 float32 = aiayn on {report['held_out_equal_to_aiayn']}/{report['held_out']} held-out verses; "
+        f"int8 = float32 on {report['int8_identical_sentences']:.1%} of {len(sources)} validation sentences "
+        f"({report['int8_equal_tokens']:.1%} of tokens); BLEU float32 {report['float32_bleu']:.2f}, "
+        f"int8 {report['int8_bleu']:.2f}"
+    )
+    return report
+
+
 REMOTE_CODE_CLASSIFIER = """
 import json, sys
 sys.modules["aiayn"] = None  # aiayn cannot be imported: the folder's own code builds the model
@@ -416,9 +473,11 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
         folder = os.path.join(out, run.name)
         source = run.weights_from or run.tokenizer_from
         print(f"\n=== {run.name}: {run.task}, {run.steps} steps ===")
-        _, metrics = train_run(run, folder, os.path.join(out, source) if source else None)
+        trainer, metrics = train_run(run, folder, os.path.join(out, source) if source else None)
         if answers(run):
             metrics["examples"] = shows[run.task](folder)
+        if run.task == "translation":
+            metrics["ctranslate2"] = deploy_translation(folder, trainer, metrics["examples"])
         results[run.name] = metrics
     table = summary_table(results)
     print(f"\n=== summary ({time.perf_counter() - start:.0f} s) ===\n{table}")
