@@ -31,7 +31,6 @@ from transformers import (
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     Trainer,
-    ViTImageProcessor,
 )
 
 from .collators import (
@@ -199,7 +198,9 @@ def load_model_and_image_processor(auto_class, model_args: ModelArguments, kwarg
     config = preset_config(model_args.preset, **{**parse_overrides(model_args.config_overrides), **fields})
     if config.model_type != "aiayn_vision":
         raise ValueError(f"Image tasks need a vision preset; {model_args.preset!r} is a {config.model_type}.")
-    processor = ViTImageProcessor(size={"height": config.image_size, "width": config.image_size})
+    # Resolved here, not at import: without torchvision, transformers warns on resolving the name that it falls back
+    # to the PIL processor, which every `aiayn` command would print.
+    processor = transformers.ViTImageProcessor(size={"height": config.image_size, "width": config.image_size})
     return auto_class.from_config(config, **kwargs), processor
 
 
