@@ -68,14 +68,9 @@ def with_an_emitted_end_token(model) -> transformers.PreTrainedModel:
     return model
 
 
-def spec_folder(model, path, tokenizer=None, quantization: str = "float32") -> str:
-    """The engine's folder for `model`, written with the spec API as `export_ctranslate2` writes it."""
-    spec = ctranslate2_spec(model, tokenizer or word_tokenizer())
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    os.makedirs(path)
-    spec.save(str(path))
-    return str(path)
+def exported_folder(model, path, quantization: str = "float32") -> str:
+    """The engine's folder for `model` in memory, with the word tokenizer."""
+    return export_ctranslate2(model, path, quantization, tokenizer=word_tokenizer())
 
 
 def token_rows(count: int = 8, seed: int = 3, end_id: int | None = None, length: int | None = None) -> list[list[int]]:
@@ -201,7 +196,10 @@ def test_the_cli_exports_a_saved_folder_whose_engine_decodes_as_generate(tmp_pat
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     vocabulary_file = "shared_vocabulary.json" if family == "seq2seq" else "vocabulary.json"
-    assert {"model.bin", "config.json", vocabulary_file, "tokenizer.json"} <= set(os.listdir(out))
+    assert {"model.bin", "config.json", vocabulary_file, "tokenizer.json", "generation_config.json"} <= set(
+        os.listdir(out)
+    )
+    assert transformers.GenerationConfig.from_pretrained(out).eos_token_id == model.generation_config.eos_token_id
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     texts = [" ".join(tokenizer.convert_ids_to_tokens(row)) for row in input_rows(model, decoding)]
     assert_engine_decodes_as_aiayn(model, str(out), decoding, tokenizer(texts).input_ids, tokenizer)
@@ -212,7 +210,7 @@ def test_the_cli_exports_a_saved_folder_whose_engine_decodes_as_generate(tmp_pat
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_layout_decodes_in_the_engine_as_in_aiayn(tmp_path, variant, family, decoding):
     model = with_an_emitted_end_token(seeded_model(family, **variant_options(variant, family)))
-    assert_engine_decodes_as_aiayn(model, spec_folder(model, tmp_path / "ct2"), decoding)
+    assert_engine_decodes_as_aiayn(model, exported_folder(model, tmp_path / "ct2"), decoding)
 
 
 @pytest.mark.parametrize("family", ["seq2seq", "decoder"])
@@ -221,7 +219,7 @@ def test_the_engines_log_probabilities_are_aiayns(tmp_path, variant, family):
     """Teacher-forced scoring (`score_batch`, the log-probability of each given token), position by position: a
     tighter check than decoded tokens, over every position of every row."""
     model = seeded_model(family, **variant_options(variant, family))
-    folder = spec_folder(model, tmp_path / "ct2")
+    folder = exported_folder(model, tmp_path / "ct2")
     vocab = [token for token, _ in sorted(word_tokenizer().get_vocab().items(), key=lambda item: item[1])]
     rows = token_rows(end_id=2)
     targets = token_rows(seed=4, end_id=2)
@@ -261,7 +259,7 @@ def test_converted_gpt2_t5_and_bart_weights_decode_in_the_engine_as_in_aiayn(tmp
     model = with_an_emitted_end_token(convert_from_hf(CONVERTED[name]().eval()).eval())
     # BART forces its end token at the length limit, which the engine does not: decoded without, in both.
     model.generation_config.forced_eos_token_id = None
-    assert_engine_decodes_as_aiayn(model, spec_folder(model, tmp_path / "ct2"), decoding)
+    assert_engine_decodes_as_aiayn(model, exported_folder(model, tmp_path / "ct2"), decoding)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +271,7 @@ def test_converted_gpt2_t5_and_bart_weights_decode_in_the_engine_as_in_aiayn(tmp
 def test_the_engines_encoder_gives_aiayns_states_and_pooled_output(tmp_path, overrides):
     torch.manual_seed(0)
     model = aiayn.AiaynEncoderModel(tiny_config("encoder", initializer_range=INIT_STD, **overrides)).eval()
-    encoder = ctranslate2.Encoder(spec_folder(model, tmp_path / "ct2"))
+    encoder = ctranslate2.Encoder(exported_folder(model, tmp_path / "ct2"))
     rows = token_rows()
     ids, mask = padded(rows, 0, left=False)
     types = ((torch.arange(ids.shape[1]) >= 4).long() * mask) if model.config.type_vocab_size else None
@@ -337,6 +335,8 @@ def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path):
             ctranslate2_spec(model, tokenizer)
     with pytest.raises(ValueError, match="float32"):
         ctranslate2_spec(seeded_model("decoder").to(torch.bfloat16), tokenizer)
+    with pytest.raises(ValueError, match="needs its tokenizer"):
+        export_ctranslate2(seeded_model("decoder"), tmp_path / "ct2")
     too_small = seeded_model("decoder", vocab_size=50)
     with pytest.raises(ValueError, match="97 tokens .* vocab_size is 50"):
         ctranslate2_spec(too_small, tokenizer)
@@ -379,7 +379,7 @@ def test_force_replaces_an_export_only_once_the_new_one_is_written(tmp_path):
 def test_an_encoder_classifier_exports_its_body_and_pooler(tmp_path):
     torch.manual_seed(0)
     classifier = aiayn.AiaynEncoderForSequenceClassification(tiny_config("encoder", num_labels=3)).eval()
-    out = ctranslate2.Encoder(spec_folder(classifier, tmp_path / "ct2")).forward_batch([["w5", "w6", "w7"]])
+    out = ctranslate2.Encoder(exported_folder(classifier, tmp_path / "ct2")).forward_batch([["w5", "w6", "w7"]])
     with torch.no_grad():
         expected = classifier.model(input_ids=torch.tensor([[5, 6, 7]]))
     torch.testing.assert_close(torch.as_tensor(np.array(out.pooler_output)), expected.pooler_output, rtol=0, atol=5e-6)
@@ -389,10 +389,8 @@ def test_sinusoids_are_written_for_max_positions_and_the_engine_refuses_past_the
     model = seeded_model("decoder", position_embedding_type="sinusoidal")
     spec = ctranslate2_spec(model, word_tokenizer(), max_positions=12)
     assert spec.decoder.position_encodings.encodings.shape == (12, model.config.d_model)
-    spec.validate()
-    spec.optimize("float32")
-    spec.save(str(tmp_path))
-    generator = ctranslate2.Generator(str(tmp_path))
+    folder = export_ctranslate2(model, tmp_path / "ct2", max_positions=12, tokenizer=word_tokenizer())
+    generator = ctranslate2.Generator(folder)
     options = {"include_prompt_in_result": False}
     # 6 prompt tokens and 6 generated ones are read at positions 0 to 11; the 7th generated token is not read back.
     assert len(generator.generate_batch([["w5"] * 6], max_length=7, min_length=7, **options)[0].sequences[0]) == 7

@@ -7,7 +7,8 @@ decoder language model a `TransformerDecoderModelSpec` (`ctranslate2.Generator`)
 `TransformerEncoderModelSpec` (`ctranslate2.Encoder`: last hidden states and BERT's pooled output). Every option of
 the config maps onto a field of the spec or is refused by name (`unsupported_options`); the vocabulary is the
 tokenizer's, in id order. `export_ctranslate2(folder, output_dir, quantization)` writes the engine's model folder
-(model.bin, config.json, the vocabulary) with the tokenizer beside it, so that the folder alone tokenizes and decodes.
+(model.bin, config.json, the vocabulary) with the tokenizer and the generation config beside it, so that the folder
+alone tokenizes and decodes with the model's defaults.
 
 The paper's sinusoids are written out as a table of `max_positions` rows: the engine's own sinusoids are OpenNMT's
 (positions from 1, frequencies `10000^(-i / (d/2 - 1))`), not section 3.5's.
@@ -289,26 +290,36 @@ def load_for_export(folder: str) -> transformers.PreTrainedModel:
 
 
 def export_ctranslate2(
-    source: str,
-    output_dir: str,
+    source: str | os.PathLike | transformers.PreTrainedModel,
+    output_dir: str | os.PathLike,
     quantization: str = "float32",
     force: bool = False,
     max_positions: int | None = None,
+    tokenizer=None,
 ) -> str:
-    """Writes the CTranslate2 model of the saved aiayn folder `source` (with its tokenizer) to `output_dir`, with
-    weights of type `quantization` (`QUANTIZATIONS`), and the tokenizer beside it. The folder is written under a
-    temporary name and renamed when complete; an existing `output_dir` is replaced only with `force`. Returns
-    `output_dir`.
+    """Writes the CTranslate2 model of `source` to `output_dir`, with weights of type `quantization`
+    (`QUANTIZATIONS`), and the tokenizer and generation config beside it. `source` is a saved aiayn folder (whose
+    tokenizer is used unless `tokenizer` is given) or a model in memory (with its `tokenizer`). The folder is written
+    under a temporary name and renamed when complete; an existing `output_dir` is replaced only with `force`.
+    Returns `output_dir`.
 
-    >>> export_ctranslate2("runs/demo/translation", "runs/demo/translation-ct2", quantization="int8")  # doctest: +SKIP
-    >>> translator = ctranslate2.Translator("runs/demo/translation-ct2")  # doctest: +SKIP
+    >>> export_ctranslate2("runs/demo/transformer-en-de", "en-de-ct2", quantization="int8")  # doctest: +SKIP
+    >>> translator = ctranslate2.Translator("en-de-ct2")  # doctest: +SKIP
     """
+    output_dir = os.fspath(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}.")
     if os.path.exists(output_dir) and not force:
         raise FileExistsError(f"{output_dir} exists; pass force=True (--force) to replace it.")
-    model = load_for_export(source)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    if isinstance(source, transformers.PreTrainedModel):
+        if tokenizer is None:
+            raise ValueError(
+                "Exporting a model in memory needs its tokenizer (tokenizer=...): the engine reads tokens."
+            )
+        model = source
+    else:
+        model = load_for_export(os.fspath(source))
+        tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(source)
     with torch.no_grad():
         spec = ctranslate2_spec(model, tokenizer, max_positions)
     spec.validate()
@@ -319,6 +330,8 @@ def export_ctranslate2(
     try:
         spec.save(staging)
         tokenizer.save_pretrained(staging)
+        if model.can_generate():  # the decoding defaults (beam, length penalty), which the engine takes per call
+            model.generation_config.save_pretrained(staging)
         if os.path.exists(output_dir):
             shutil.rmtree(output_dir)
         os.replace(staging, output_dir)

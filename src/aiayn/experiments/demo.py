@@ -333,12 +333,13 @@ def deploy_translation(folder: str, trainer: transformers.Trainer, aiayn_transla
 
     from ..ctranslate2_export import export_ctranslate2
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    generation = transformers.GenerationConfig.from_pretrained(folder)
     translators = {}
     for quantization in ("float32", "int8"):
         path = export_ctranslate2(folder, f"{folder}-ctranslate2-{quantization}", quantization, force=True)
         translators[quantization] = ctranslate2.Translator(path, intra_threads=torch.get_num_threads())
+    # The exported folder holds what decoding needs besides the engine: the tokenizer and the decoding defaults.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    generation = transformers.GenerationConfig.from_pretrained(path)
 
     def translate(quantization: str, sources: list[list[int]]) -> list[list[str]]:
         tokens = [tokenizer.convert_ids_to_tokens(source) for source in sources]
