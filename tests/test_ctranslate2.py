@@ -14,7 +14,7 @@ from test_conversion import bart_config, gpt2_config, t5_config, t5_v1_1
 
 import aiayn
 from aiayn.conversion import convert_from_hf
-from aiayn.ctranslate2_export import ctranslate2_spec, export_ctranslate2
+from aiayn.ctranslate2_export import ctranslate2_spec, export_ctranslate2, vocabulary
 
 # Weights 10 times the usual initialisation: logits of order 1 to 10, so that a token is rarely within float32
 # rounding of the runner-up and equal tokens test the arithmetic, not luck.
@@ -23,7 +23,7 @@ MAX_NEW_TOKENS = 20
 GREEDY = {"num_beams": 1}
 BEAM = {"num_beams": 4, "length_penalty": 0.6}  # the paper's beam and length penalty
 # Scores are sums of up to 21 log-probabilities of order 1, each computed by different kernels.
-SCORE_TOLERANCE = 1e-4  # the issue's bound; measured up to 3.1e-5
+SCORE_TOLERANCE = 8e-5  # within the issue's 1e-4; measured up to 3.1e-5
 # Each variant names the options it sets beyond the paper's layout (post-LN, sinusoids, ReLU, scaled and tied
 # embeddings).
 VARIANTS = {
@@ -168,8 +168,6 @@ def input_rows(model, decoding: dict) -> list[list[int]]:
 
 
 def assert_engine_decodes_as_aiayn(model, folder: str, decoding: dict, rows=None, tokenizer=None):
-    from aiayn.ctranslate2_export import vocabulary
-
     vocab = vocabulary(tokenizer or word_tokenizer(), model.config.vocab_size)
     eos = model.generation_config.eos_token_id
     end_token = vocab[eos[0] if isinstance(eos, list) else eos]
@@ -220,7 +218,7 @@ def test_the_engines_log_probabilities_are_aiayns(tmp_path, variant, family):
     tighter check than decoded tokens, over every position of every row."""
     model = seeded_model(family, **variant_options(variant, family))
     folder = exported_folder(model, tmp_path / "ct2")
-    vocab = [token for token, _ in sorted(word_tokenizer().get_vocab().items(), key=lambda item: item[1])]
+    vocab = vocabulary(word_tokenizer(), VOCAB)
     rows = token_rows(end_id=2)
     targets = token_rows(seed=4, end_id=2)
     if family == "seq2seq":
@@ -275,7 +273,7 @@ def test_the_engines_encoder_gives_aiayns_states_and_pooled_output(tmp_path, ove
     rows = token_rows()
     ids, mask = padded(rows, 0, left=False)
     types = ((torch.arange(ids.shape[1]) >= 4).long() * mask) if model.config.type_vocab_size else None
-    vocab = [token for token, _ in sorted(word_tokenizer().get_vocab().items(), key=lambda item: item[1])]
+    vocab = vocabulary(word_tokenizer(), VOCAB)
     kwargs = (
         {"token_type_ids": [t[: len(r)] for t, r in zip(types.tolist(), rows, strict=True)]}
         if types is not None

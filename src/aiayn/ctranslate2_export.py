@@ -76,15 +76,11 @@ def unsupported_options(config) -> list[str]:
     return refused
 
 
-def _activation(config, ctranslate2):
-    return getattr(ctranslate2.specs.common_spec.Activation, ACTIVATIONS[config.activation])
-
-
 def _stack_options(config, ctranslate2) -> dict:
     """The arguments of the engine's encoder and decoder specs that one aiayn config sets for both stacks."""
     options = {
         "pre_norm": config.norm_first,
-        "activation": _activation(config, ctranslate2),
+        "activation": getattr(ctranslate2.specs.common_spec.Activation, ACTIVATIONS[config.activation]),
         "layernorm_embedding": config.embedding_norm,
         "relative_attention_bias": config.position_embedding_type == "relative",
         "ffn_glu": config.is_gated_act,
@@ -100,7 +96,7 @@ def _stack_options(config, ctranslate2) -> dict:
 def _set_norm(spec, norm: nn.Module) -> None:
     spec.gamma = norm.weight.detach()
     if not isinstance(norm, AiaynRMSNorm):
-        spec.beta = norm.bias.detach() if norm.bias is not None else torch.zeros_like(norm.weight.detach())
+        spec.beta = norm.bias.detach() if norm.bias is not None else torch.zeros_like(norm.weight)
 
 
 def _set_linear(spec, linear: nn.Linear) -> None:
