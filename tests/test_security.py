@@ -15,8 +15,9 @@ from aiayn.hub import save_hub_folder
 
 # torch and transformers, and from the standard library warnings.
 # transformers requires huggingface_hub (its strict config dataclasses); collections (for its abstract `Callable`),
-# typing and warnings are standard.
-ALLOWED_IMPORTS = {"torch", "transformers", "huggingface_hub", "collections", "typing", "warnings"}
+# typing and warnings are standard; peft's table of default LoRA targets is written where peft is installed
+# (`name_tables_aiayn`, behind transformers' `is_peft_available()`, which the hub's import check honours).
+ALLOWED_IMPORTS = {"torch", "transformers", "huggingface_hub", "collections", "typing", "warnings", "peft"}
 # Builtins that run or import code given as data, or reach files and the user.
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "__import__", "open", "input", "breakpoint", "globals", "__builtins__"}
 # Functions that unpickle, download, compile or load native code, whether called as attributes or imported by name.
@@ -105,6 +106,7 @@ def test_a_hub_folder_holds_no_pickle_and_only_code_that_needs_nothing_but_torch
         "layout_aiayn.py",
         "local_attention_aiayn.py",
         "tensor_parallel_aiayn.py",
+        "name_tables_aiayn.py",
         f"modeling_aiayn_{family}.py",
     }
     assert set(code) == expected | ({"pipeline_aiayn.py"} if family == "seq2seq" else set())

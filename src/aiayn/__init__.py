@@ -3,14 +3,14 @@ transformers.
 
 Importing the package registers every config and model class with transformers' Auto classes, so that
 `AutoConfig`, `AutoModel`, `AutoModelForCausalLM`, `AutoModelForSeq2SeqLM`, ... build and load aiayn models like
-built-in ones, and marks them for `save_pretrained` to copy their code next to the weights.
+built-in ones, and marks them for `save_pretrained` to copy their code next to the weights. (The tables where
+transformers looks models up by class name are filled by the model classes themselves, `name_tables_aiayn`, so that a
+folder's copied code fills them too.)
 """
 
-import importlib.util
 import sys
 
 import transformers
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
 
 from . import modeling_aiayn_decoder, modeling_aiayn_encoder, modeling_aiayn_seq2seq, modeling_aiayn_vision
@@ -44,9 +44,6 @@ def _register_family(pretrained_class: type[AiaynPreTrainedModel]) -> None:
         model_class = getattr(module, class_name)
         getattr(transformers, auto_class_name).register(config_class, model_class, exist_ok=True)
         model_class.register_for_auto_class(auto_class_name)
-        if auto_class_name == "AutoModelForCausalLM":
-            # The Trainer shifts labels for label smoothing only for the causal LMs named in this table.
-            MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config_class.model_type] = class_name
 
 
 def _register_text2text_pipeline() -> None:
@@ -58,23 +55,9 @@ def _register_text2text_pipeline() -> None:
         )
 
 
-def _register_peft_targets() -> None:
-    """With PEFT installed, `LoraConfig()` without `target_modules` adapts each family's attention input projections:
-    the fused `qkv_proj` (as PEFT's default adapts GPT-2's fused `c_attn`) and, in seq2seq decoders, the
-    encoder-decoder attention's `q_proj` and `kv_proj` (as T5's default adapts `q` and `v` of both attentions)."""
-    if importlib.util.find_spec("peft") is None:
-        return
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-
-    for family_class in FAMILIES.values():
-        model_type = family_class.config_class.model_type
-        TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, family_class.lora_target_modules)
-
-
 for _family_class in FAMILIES.values():
     _register_family(_family_class)
 _register_text2text_pipeline()
-_register_peft_targets()
 
 __all__ = [
     "AiaynConfig",

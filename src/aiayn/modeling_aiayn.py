@@ -5,7 +5,8 @@ encoder of Figure 1 (bidirectional self-attention) or its decoder (causal self-a
 attention in seq2seq models); the families in `modeling_aiayn_{encoder,decoder,seq2seq}.py` put heads on stacks,
 and the heads every family shares are written once at the end of this file. The loading policy and the input checks
 are in `policy_aiayn.py`, the losses in `losses_aiayn.py`, the weights' layout for decoding on CPUs in
-`layout_aiayn.py`, the tensor-parallel styles of the fused projections in `tensor_parallel_aiayn.py`.
+`layout_aiayn.py`, the tensor-parallel styles of the fused projections in `tensor_parallel_aiayn.py`, the entries in
+transformers' tables of class names in `name_tables_aiayn.py`.
 
 This module imports nothing but torch, transformers and the configuration: `save_pretrained` copies it next to
 the weights so that a saved folder loads with `trust_remote_code=True` where aiayn is not installed.
@@ -43,6 +44,7 @@ from .configuration_aiayn import AiaynConfig
 from .layout_aiayn import lay_out_for_decoding, restore_standard_layout, restore_standard_layout_hook
 from .local_attention_aiayn import BandedAttention, BandGeometry, global_tokens_overlay
 from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
+from .name_tables_aiayn import register_class_names
 from .policy_aiayn import (
     AiaynCheckpointBase,
     IndexOutOfRangeError,
@@ -522,6 +524,13 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True
+    lora_target_modules: list[str] = []  # PEFT's default LoRA targets, set by each family
+
+    def __init_subclass__(cls, **kwargs):
+        """transformers' set-up of a model class; then the class enters the tables where transformers and PEFT look
+        models up by name (`name_tables_aiayn`), wherever it is defined: in aiayn or in a folder's copied code."""
+        super().__init_subclass__(**kwargs)
+        register_class_names(cls)
 
     def __init__(self, config: AiaynConfig, *inputs, **kwargs):
         super().__init__(config, *inputs, **kwargs)

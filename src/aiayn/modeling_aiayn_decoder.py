@@ -30,7 +30,7 @@ class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynDecoderConfig
     description = "GPT-style decoder-only Transformer"
     pretraining_auto_class = "AutoModelForCausalLM"
-    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
+    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`name_tables_aiayn`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynDecoderModel",

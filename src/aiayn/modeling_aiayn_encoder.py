@@ -27,7 +27,7 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynEncoderConfig
     description = "BERT-style encoder-only Transformer"
     pretraining_auto_class = "AutoModelForMaskedLM"
-    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
+    lora_target_modules = ["qkv_proj"]  # PEFT's defaults (`name_tables_aiayn`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynEncoderModel",

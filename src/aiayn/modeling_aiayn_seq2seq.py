@@ -64,7 +64,7 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
     config: AiaynSeq2SeqConfig
     description = "T5-style encoder-decoder Transformer"
     pretraining_auto_class = "AutoModelForSeq2SeqLM"
-    lora_target_modules = ["qkv_proj", "q_proj", "kv_proj"]  # PEFT's defaults (`aiayn._register_peft_targets`)
+    lora_target_modules = ["qkv_proj", "q_proj", "kv_proj"]  # PEFT's defaults (`name_tables_aiayn`)
     # Auto class -> model class of this family; `save_pretrained` writes all of them into config.json's auto_map.
     auto_classes = {
         "AutoModel": "AiaynSeq2SeqModel",
