@@ -63,9 +63,8 @@ SHAPES = {
     "768": {"d_model": 768, "layers": 12, "heads": 12, "d_ff": 3072, "vocab": 50257},
 }
 GENERATE_BATCHES = (1, 8)
-# In the order they run: training changes the weights, and the generated tokens are compared before it. The forward
-# pass runs before `generate()` lays the weights out for decoding on CPUs (`aiayn.layout_aiayn`), as in a process
-# that does not generate.
+# In the order they run: training changes the weights, and the generated tokens are compared before it. aiayn decodes
+# as `generate()` does by default, in the standard layout (`aiayn.decoding_layout` is not used).
 KINDS = ("forward", *(f"generate_{batch}" for batch in GENERATE_BATCHES), "train")
 
 

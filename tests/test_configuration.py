@@ -242,3 +242,30 @@ def test_reference_shaped_presets_have_the_references_parameter_count(name, refe
         model = auto.get(config.model_type, transformers.AutoModelForSeq2SeqLM).from_config(config)
         reference_model = reference()
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in reference_model.parameters())
+
+
+def test_the_vision_config_has_no_text_fields_and_the_text_configs_share_theirs():
+    """The vision family reads images: no vocabulary, token types, special tokens or token positions. The three text
+    families declare those through `AiaynTextConfig`."""
+    vision_fields = set(aiayn.AiaynVisionConfig.__dataclass_fields__)
+    text_only = set(aiayn.AiaynTextConfig.__dataclass_fields__) - set(aiayn.AiaynConfig.__dataclass_fields__)
+    assert {"vocab_size", "type_vocab_size", "pad_token_id", "scale_decoder_outputs", "max_position_embeddings"} <= (
+        text_only
+    )
+    assert not vision_fields & (text_only - {"position_embedding_type"})
+    for config_class in (AiaynEncoderConfig, AiaynDecoderConfig, AiaynSeq2SeqConfig):
+        assert issubclass(config_class, aiayn.AiaynTextConfig)
+
+
+def test_the_installed_seq2seq_config_leaves_its_pipeline_to_aiayn_and_a_saved_folder_names_it(tmp_path, monkeypatch):
+    """A saved seq2seq folder names aiayn's text-to-text pipeline in `custom_pipelines` (for processes without aiayn,
+    whose copy of the config keeps it); the installed aiayn's config drops it, so that `pipeline(task, model=folder)`
+    takes the pipeline `import aiayn` registered. The rule is the module's (installed or copied), not what the process
+    registered: with the registry emptied, the config drops it all the same."""
+    model = aiayn.AiaynSeq2SeqForConditionalGeneration(aiayn.preset_config("tiny", vocab_size=97, d_model=32))
+    model.save_pretrained(tmp_path)
+    with open(tmp_path / "config.json") as f:
+        assert set(json.load(f)["custom_pipelines"]) == {"text2text-generation", "translation", "summarization"}
+    assert not hasattr(transformers.AutoConfig.from_pretrained(tmp_path), "custom_pipelines")
+    monkeypatch.setattr(transformers.pipelines.PIPELINE_REGISTRY, "supported_tasks", {})
+    assert not hasattr(transformers.AutoConfig.from_pretrained(tmp_path), "custom_pipelines")

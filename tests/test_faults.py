@@ -146,7 +146,7 @@ def unattended_attention_outputs(model, family: str, inputs: dict) -> list[torch
     hooks = [
         module.o_proj.register_forward_hook(lambda module, args, output: captured.append(args[0]))
         for module in model.modules()
-        if isinstance(module, aiayn.modeling_aiayn.AiaynAttention)
+        if isinstance(module, aiayn.attention_aiayn.AiaynAttention)
     ]
     try:
         model(**inputs)

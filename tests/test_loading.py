@@ -197,3 +197,31 @@ def test_folders_saved_by_an_earlier_layout_of_the_code_load_and_give_the_same_o
     for key, value in expected.items():
         assert torch.equal(outputs[key], rebuilt_outputs[key]), key
         torch.testing.assert_close(outputs[key], value, rtol=1e-5, atol=1e-6)
+
+
+FOLDERS_E0D6241 = Path(__file__).parent / "fixtures" / "folders_e0d6241"
+
+
+@pytest.mark.parametrize("folder", sorted(path.name for path in FOLDERS_E0D6241.iterdir() if path.is_dir()))
+def test_folders_saved_before_the_core_was_rearranged_load_through_their_auto_class_with_the_same_outputs(folder):
+    """Folders written by `save_pretrained` at commit e0d6241 (config, generation config, weights; their code left
+    out): a windowed encoder classifier with uneven global tokens, a windowed seq2seq model with relative positions
+    (its config names the text-to-text pipeline in `custom_pipelines`), a vision classifier (its config has the text
+    fields the vision config no longer declares). They load through their Auto class and give the logits that code
+    gave."""
+    path = FOLDERS_E0D6241 / folder
+    auto_class = transformers.AutoModelForSeq2SeqLM if folder.startswith("seq2seq") else (
+        transformers.AutoModelForImageClassification if folder.startswith("vision")
+        else transformers.AutoModelForSequenceClassification
+    )  # fmt: skip
+    model = auto_class.from_pretrained(path).eval()
+    assert type(model).__module__.startswith("aiayn.")
+    inputs = {
+        key.split(".")[1]: value
+        for key, value in load_file(FOLDERS_E0D6241 / "inputs.safetensors").items()
+        if key.split(".")[0] == folder
+    }
+    expected = load_file(FOLDERS_E0D6241 / "expected_outputs.safetensors")[f"{folder}.logits"]
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-6)

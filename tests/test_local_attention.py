@@ -14,13 +14,11 @@ import torch
 import transformers
 from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, random_ids, tiny_config
 from torch.export import Dim
-from torch.nn import functional as F
 from torch.nn.attention.flex_attention import BlockMask
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import or_masks, sdpa_mask
 
-from aiayn.local_attention_aiayn import BandedAttention, global_tokens_overlay, window_mask_function
-from aiayn.modeling_aiayn import AiaynRelativePositionBias, AiaynSelfAttention
+from aiayn.attention_aiayn import AiaynSelfAttention, AttentionPatternInputs, DotProductScore
+from aiayn.local_attention_aiayn import BandedAttention, SlidingWindowAttention
+from aiayn.positions_aiayn import AiaynRelativePositionBias
 
 WINDOW = 8
 # Long enough for the bands: blocks of 32 queries against 96 keys (bidirectional) or 64 (causal); 230 % 32 = 6.
@@ -45,9 +43,10 @@ def padded(length: int = LONG, causal: bool = False) -> tuple[torch.Tensor, torc
 
 
 def global_tokens(length: int = LONG) -> torch.Tensor:
-    """The first token of both rows, and one more in each."""
+    """The first token of both rows, one more in the first and two more in the second: rows with different numbers
+    of global tokens, whose shorter lists the banded computation fills with slots that are not global."""
     marks = torch.zeros(2, length, dtype=torch.long)
-    marks[:, 0], marks[0, 77], marks[1, 60] = 1, 1, 1
+    marks[:, 0], marks[0, 77], marks[1, 60], marks[1, length - 70] = 1, 1, 1, 1
     return marks
 
 
@@ -73,26 +72,27 @@ def test_sliding_window_is_off_by_default_and_saved(tmp_path):
 
 
 def reference_attention(query, key, value, is_causal, padding, marks, bias):
-    """Attention through the mask `transformers.masking_utils` materialises for the window (global tokens added),
-    the fully masked queries zeroed: `(batch, length, heads, d)`."""
+    """Attention through a dense mask written from the definitions, independently of the code under test: a key is
+    allowed when it is real and within the window (`0 <= query - key < WINDOW` causal, `|query - key| <= WINDOW`
+    bidirectional), or when the query or the key is a global token; queries with no allowed key get zero output.
+    Returns `(batch, length, heads, d)`."""
     batch, _, length, _ = query.shape
-    mask_function = window_mask_function(WINDOW, is_causal)
+    distance = torch.arange(length)[:, None] - torch.arange(length)[None, :]  # query minus key
+    window = (distance >= 0) & (distance < WINDOW) if is_causal else distance.abs() <= WINDOW
+    allowed = window[None].expand(batch, -1, -1)
     if marks is not None:
-        mask_function = or_masks(mask_function, global_tokens_overlay(marks))
-    allowed = sdpa_mask(
-        batch_size=batch,
-        q_length=length,
-        kv_length=length,
-        mask_function=mask_function,
-        attention_mask=padding,
-        allow_is_causal_skip=False,
-    )
-    fully_masked = ~allowed.any(-1, keepdim=True)
-    allowed = allowed | fully_masked
-    values = bias(torch.arange(length)[None] - torch.arange(length)[:, None])[None] if bias is not None else 0.0
-    additive = torch.where(allowed, values, torch.finfo(query.dtype).min)
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=additive, scale=1.0)
-    return output.masked_fill(fully_masked, 0.0).transpose(1, 2)
+        is_global = marks.bool()
+        allowed = allowed | is_global[:, :, None] | is_global[:, None, :]
+    if padding is not None:
+        allowed = allowed & padding.bool()[:, None, :]
+    scores = query @ key.transpose(-1, -2)  # scale 1.0
+    if bias is not None:
+        scores = scores + bias(-distance)[None]
+    scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    fully_masked = ~allowed.any(-1)[:, None, :, None]
+    weights = torch.softmax(scores.masked_fill(fully_masked, 0.0), dim=-1)
+    output = (weights @ value).masked_fill(fully_masked, 0.0)
+    return output.transpose(1, 2)
 
 
 @pytest.mark.parametrize("length", [LONG, 192])
@@ -119,27 +119,35 @@ def reference_attention(query, key, value, is_causal, padding, marks, bias):
         "causal-padded-relative",
     ],
 )
-def test_banded_attention_is_attention_through_transformers_sliding_window_mask(
+def test_banded_and_masked_attention_are_attention_through_a_dense_mask_from_the_definitions(
     length, is_causal, padding, marks, relative
 ):
-    """Block by block, with the blocks at the ends recomputed (no padding, no global tokens) or one mask per block:
-    the output of attention through `masking_utils`' sliding-window mask, padding, global tokens, the position
+    """Block by block, with the blocks at the ends recomputed (no padding, no global tokens) or one mask per block,
+    and through transformers' sliding-window mask: the output of attention through the dense mask
+    `reference_attention` writes from distances, padding, global tokens (different numbers per row), the position
     bias and the fully masked queries (an all-padding stretch longer than the window) included."""
     torch.manual_seed(0)
-    config = tiny_config("encoder")
+    config = tiny_config("encoder", sliding_window=WINDOW)
+    config._attn_implementation = "sdpa"
     query, key, value = torch.randn(3, 2, 4, length, 8).unbind(0)
-    mask = padded(length, is_causal)[1].bool() if padding else None
+    mask = padded(length, is_causal)[1] if padding else None
     global_marks = global_tokens(length) if marks else None
     bias = AiaynRelativePositionBias(tiny_config("encoder", position_embedding_type="relative"), not is_causal)
     bias_of = bias.bias_of if relative else None
     band = BandedAttention(WINDOW, is_causal, 2, length, mask, global_marks, bias_of, torch.float32, "cpu")
-    module = AiaynSelfAttention(config, 0, is_causal)
+    masked = SlidingWindowAttention(config, is_causal).masked_attention(
+        torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], AttentionPatternInputs(global_marks),
+        bias if relative else None,
+    )  # fmt: skip
+    module = AiaynSelfAttention(config, 0, is_causal, DotProductScore(config))
     with torch.no_grad():
-        output = band.attend(sdpa_attention_forward, module, query, key, value, scaling=1.0)
-        if band.fully_masked is not None:
-            output = output.masked_fill(band.fully_masked.transpose(1, 2), 0.0)
+        output, weights = band.attend(module, query, key, value, scaling=1.0)
+        through_mask = masked.attend(module, query, key, value, scaling=1.0)[0]
         expected = reference_attention(query, key, value, is_causal, mask, global_marks, bias_of)
-    torch.testing.assert_close(output, expected, rtol=0, atol=2e-6)  # measured at most 1.2e-6 (outputs up to 3)
+    assert weights is None
+    # Measured at most 1.1e-6 (bands) and 9.5e-7 (mask) over these cases, with outputs up to 3.
+    torch.testing.assert_close(output, expected, rtol=0, atol=2e-6)
+    torch.testing.assert_close(through_mask, expected, rtol=0, atol=2e-6)
     assert (band.fully_masked is not None) == (padding and not marks)  # padding queries see the global tokens
 
 
@@ -355,7 +363,8 @@ def test_flex_attention_skips_the_blocks_outside_the_band():
     model = windowed("encoder", "flex_attention", sliding_window=16, max_position_embeddings=1024)
     stack = model.model.encoder
     states = torch.zeros(1, 1024, 32)
-    mask = stack._self_attention_mask(states, None, None, torch.arange(1024)[None], None)
+    pattern = stack.attention_pattern
+    mask = pattern.mask(states, None, None, torch.arange(1024)[None], AttentionPatternInputs(), None)
     assert isinstance(mask, BlockMask)
     query_blocks, key_blocks = -(-1024 // mask.BLOCK_SIZE[0]), -(-1024 // mask.BLOCK_SIZE[1])
     computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())

@@ -17,18 +17,17 @@ from torch.nn import functional as F
 from transformers.models.t5.modeling_t5 import T5Attention
 
 import aiayn
+from aiayn.attention_aiayn import AiaynSelfAttention, AttentionInputs, DotProductScore, MaskedAttention
 from aiayn.losses_aiayn import LinearCrossEntropy
-from aiayn.modeling_aiayn import (
-    AiaynFeedForward,
-    AiaynLayer,
-    AiaynSelfAttention,
+from aiayn.modeling_aiayn import AiaynFeedForward, AiaynLayer
+from aiayn.modeling_aiayn_seq2seq import shift_tokens_right
+from aiayn.positions_aiayn import (
+    AiaynRotaryEmbedding,
     AiaynSinusoidalPositionEmbedding,
-    AttentionInputs,
     apply_rotary,
     inverse_frequencies,
     relative_position_bucket,
 )
-from aiayn.modeling_aiayn_seq2seq import shift_tokens_right
 
 # Each family's Auto classes and the class each builds.
 HEAD_CLASSES = {
@@ -411,7 +410,7 @@ def test_sinusoidal_encoding_survives_from_pretrained(tmp_folder):
 
 def test_rotary_scores_depend_only_on_relative_position():
     config = tiny_config("decoder", position_embedding_type="rotary")
-    rotary = aiayn.modeling_aiayn.AiaynRotaryEmbedding(config)
+    rotary = AiaynRotaryEmbedding(config)
     query, key = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
 
     def score(query_position, key_position):
@@ -470,10 +469,10 @@ def test_attention_masks_reach_sdpa_laid_out_for_its_fused_kernels(family, autoc
 def test_attention_is_equation_1(scale_attention):
     """softmax(Q K^T / sqrt(d_k) + M) V, with the heads concatenated and projected by W^O (section 3.2)."""
     config = tiny_config("decoder", scale_attention=scale_attention, attn_implementation="eager")
-    attention = AiaynSelfAttention(config, layer_idx=0, is_causal=True).eval()
+    attention = AiaynSelfAttention(config, layer_idx=0, is_causal=True, score=DotProductScore(config)).eval()
     x = torch.randn(2, 5, 32)
     mask = torch.triu(torch.full((5, 5), torch.finfo(torch.float32).min), diagonal=1)
-    output, weights = attention(x, AttentionInputs(mask=mask[None, None]))
+    output, weights = attention(x, AttentionInputs(MaskedAttention(mask[None, None])))
 
     q, k, v = attention.qkv_proj(x).split(32, dim=-1)
     heads = [slice(h * 8, (h + 1) * 8) for h in range(4)]

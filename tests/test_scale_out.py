@@ -229,6 +229,9 @@ def test_fsdp2_shards_train_and_save_as_one_process(tmp_path):
             auto_map = json.load(f)["auto_map"]
         assert auto_map[auto_class.__name__] == f"modeling_aiayn_{family}.{type(model).__name__}"
         assert not [name for name in os.listdir(tmp_path / family) if name.startswith("_fsdp")]
+        assert {f"modeling_aiayn_{family}.py", "modeling_aiayn.py", "attention_aiayn.py"} <= set(
+            os.listdir(tmp_path / family)
+        )
         saved = auto_class.from_pretrained(tmp_path / family).state_dict()
         for name, tensor in model.state_dict().items():
             torch.testing.assert_close(saved[name], tensor, rtol=0, atol=1e-6, msg=name)

@@ -100,6 +100,36 @@ def test_2d_sinusoids_encode_the_row_in_the_first_half_and_the_column_in_the_sec
     torch.testing.assert_close(patches[1, 0, :half], expected)
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_learned_positions_of_another_grid_are_torchs_bicubic_interpolation_of_the_table(pooling):
+    """For a grid of 6 x 5 patches, the learned table of the 4 x 4 grid is read as an image of d_model channels (patch
+    (i, j) at row i, column j), resized by `torch.nn.functional.interpolate(mode="bicubic")`, and read out row by row;
+    the class token's vector stays as it is. The model's positions are exactly that, and a forward adds them."""
+    model = classifier(pooling=pooling)
+    embeddings = model.model.embeddings
+    with torch.no_grad():
+        embeddings.position_embeddings.normal_(generator=torch.Generator().manual_seed(3))
+    table, leading = embeddings.position_embeddings[0], 1 if pooling == "cls" else 0
+    grid = torch.empty(32, 4, 4)
+    for row in range(4):
+        for column in range(4):
+            grid[:, row, column] = table[leading + 4 * row + column]
+    resized = torch.nn.functional.interpolate(grid[None], size=(6, 5), mode="bicubic", align_corners=False)[0]
+    expected = [table[0]] if leading else []
+    expected += [resized[:, row, column] for row in range(6) for column in range(5)]
+    with torch.no_grad():
+        positions = embeddings.positions(6, 5)
+        assert torch.equal(positions[0], torch.stack(expected))
+        assert torch.equal(embeddings.positions(4, 4), embeddings.position_embeddings)  # its own grid: the table
+        pixels = torch.randn(1, 3, 24, 20, generator=torch.Generator().manual_seed(4))  # a grid of 6 x 5
+        patches = embeddings.patch_embeddings(pixels)
+        if leading:
+            patches = torch.cat((embeddings.cls_token, patches), dim=1)
+        torch.testing.assert_close(
+            embeddings(pixels, interpolate_pos_encoding=True), patches + positions, rtol=0, atol=0
+        )
+
+
 @pytest.mark.parametrize("position", ["learned", "sinusoidal_2d"])
 def test_eager_sdpa_and_flex_attention_agree(position):
     pixels = images()

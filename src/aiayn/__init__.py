@@ -20,10 +20,12 @@ from .configuration_aiayn import (
     AiaynDecoderConfig,
     AiaynEncoderConfig,
     AiaynSeq2SeqConfig,
+    AiaynTextConfig,
     AiaynVisionConfig,
     preset_config,
 )
 from .families import FAMILIES
+from .layout_aiayn import decoding_layout
 from .modeling_aiayn import AiaynPreTrainedModel
 from .modeling_aiayn_decoder import *  # noqa: F403
 from .modeling_aiayn_encoder import *  # noqa: F403
@@ -61,12 +63,14 @@ _register_text2text_pipeline()
 
 __all__ = [
     "AiaynConfig",
+    "AiaynTextConfig",
     "AiaynEncoderConfig",
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",
     "AiaynVisionConfig",
     "AiaynPreTrainedModel",
     "FAMILIES",
+    "decoding_layout",
     "IndexOutOfRangeError",
     "AiaynText2TextGenerationPipeline",
     "PRESETS",

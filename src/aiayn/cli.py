@@ -256,7 +256,7 @@ COMMANDS = {
     "average": Command(
         "average the weights of checkpoints (the paper averages the last 5 or 20)", _average_arguments, average
     ),
-    "demo": Command("train, evaluate and save the three families on real text (make demo)", _demo_arguments, demo),
+    "demo": Command("train, evaluate and save the four families on real text (make demo)", _demo_arguments, demo),
     "ablate": Command(
         "train rows of the paper's Table 3 on the bundled En-De verses", _ablate_arguments, ablate
     ),

@@ -1,8 +1,9 @@
-"""Configurations of the three aiayn families.
+"""Configurations of the four aiayn families.
 
-One configurable Transformer ("Attention Is All You Need", Vaswani et al., 2017) serves all three families: the
-fields of `AiaynConfig` describe every knob of the shared blocks, and the family configs only add what their
-family needs. The defaults are the paper's base model (Table 3, row "base"); the presets in `PRESETS` give the
+One configurable Transformer ("Attention Is All You Need", Vaswani et al., 2017) serves all four families: the
+fields of `AiaynConfig` describe every knob of the shared blocks, `AiaynTextConfig` adds the vocabulary, the token
+embeddings and the positions of tokens that the three text families share, and the family configs only add what
+their family needs. The defaults are the paper's base model (Table 3, row "base"); the presets in `PRESETS` give the
 paper's big model and the shapes of BERT, GPT-2 and T5.
 
 This module imports nothing but transformers: `save_pretrained` copies it next to the weights so that a saved
@@ -18,6 +19,12 @@ PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "
 # Images: learned (ViT), the paper's sinusoids over the patch index, 2-D sinusoids (row and column), none.
 VisionPositionType = Literal["learned", "sinusoidal", "sinusoidal_2d", "none"]
 NormType = Literal["layernorm", "rmsnorm"]
+# Whether this module is the installed aiayn package's, whose import registers aiayn's text-to-text pipeline for the
+# tasks transformers 5 removed, or a folder's copy (loaded with trust_remote_code), which finds the pipeline through
+# the config's `custom_pipelines` (see `AiaynSeq2SeqConfig`).
+PIPELINES_REGISTERED_ON_IMPORT = __name__.startswith("aiayn.")
+# How a query scores a key (`attention_variants_aiayn.ATTENTION_SCORES`).
+AttentionScore = Literal["dot_product"]
 BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 GATED_PREFIX = "gated-"
@@ -72,37 +79,29 @@ def activation_name(value: str):
 @strict
 class AiaynConfig(PreTrainedConfig):
     r"""
-    Fields shared by the three families. Standard transformers names work as aliases: `hidden_size` (`d_model`),
-    `num_attention_heads` (`num_heads`), `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and
-    `head_dim` (`d_kv`).
+    Fields shared by the four families: the stack's sizes, attention, layers and regularisation. Standard
+    transformers names work as aliases: `hidden_size` (`d_model`), `num_attention_heads` (`num_heads`),
+    `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and `head_dim` (`d_kv`).
 
     Sizes:
-        vocab_size: number of tokens; the paper's WMT'14 En-De model shares a 37000-token BPE vocabulary.
         d_model: width of every sub-layer output and of the embeddings (the paper's d_model = 512).
         num_heads: attention heads h (paper: 8).
         d_kv: size of each head's queries, keys and values, d_k = d_v (paper: d_model / h = 64). Defaults to
             `d_model // num_heads`; T5 allows `num_heads * d_kv != d_model`.
         d_ff: inner size of the position-wise feed-forward network, eq. (2) (paper: 2048).
         num_layers: layers N of the (encoder) stack (paper: 6).
-        max_position_embeddings: rows of the learned position table; for the other position types, the longest
-            sequence the model was trained for (they run past it).
 
-    Attention:
+    Attention (`attention_variants_aiayn` lists the patterns and scores these fields choose):
         scale_attention: multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
             turns it off.
-        position_embedding_type: `"sinusoidal"` (the paper, section 3.5), `"learned"` (BERT, GPT-2; also the paper's
-            Table 3 row E), `"relative"` (T5's bucketed bias added to the attention logits, one table per stack
-            shared by its layers), `"rotary"` (RoPE, Su et al. 2021) or `"none"`.
-        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketing (32 and 128); only with
-            relative positions.
-        rope_theta: base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
+        attention_score: how a query scores a key: `"dot_product"`, eq. (1).
         sliding_window: local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
             semantics): a causal position attends to the `sliding_window` most recent positions, itself included
             (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side (Longformer's
             window). None (the default) is the paper's full attention. Encoder-decoder attention stays full; decoding
             caches keep at most `sliding_window` keys and values per layer; encoders also take a
             `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
-            block, at a cost linear in their length (`local_attention_aiayn.BandedAttention`).
+            block, at a cost linear in their length (`local_attention_aiayn`).
 
     Layers:
         norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
@@ -114,13 +113,6 @@ class AiaynConfig(PreTrainedConfig):
             form `"geglu"`, `"swiglu"`, `"reglu"`, `"gated-<act>"` (T5 v1.1: `"gated-gelu_new"`).
         use_bias: biases in the linear projections and norms (the paper, BERT, GPT-2) or none (T5).
 
-    Embeddings:
-        scale_embedding: multiply token embeddings by sqrt(d_model) (the paper, section 3.4).
-        embedding_norm: normalise the sum of token, position and token-type embeddings (BERT).
-        type_vocab_size: number of token types (BERT's segment embeddings: 2); 0 for none.
-        tie_word_embeddings: share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
-        scale_decoder_outputs: multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
-
     Regularisation and initialisation:
         dropout: residual dropout on every sub-layer output and on the embedding sum (the paper's P_drop = 0.1).
         attention_dropout: dropout on the attention probabilities.
@@ -129,8 +121,6 @@ class AiaynConfig(PreTrainedConfig):
         initializer_range: standard deviation of the normal initialisation of weights. Token embeddings that are
             scaled by sqrt(d_model) are drawn with standard deviation d_model^-0.5 instead, as in the paper's
             tensor2tensor code, so that the scaled embeddings and the sinusoids have the same magnitude.
-
-    Special tokens: pad_token_id, bos_token_id, eos_token_id (one id, or a list of ids that all end generation).
     """
 
     model_type = ""
@@ -142,19 +132,14 @@ class AiaynConfig(PreTrainedConfig):
         "head_dim": "d_kv",
     }
 
-    vocab_size: int = positive(default=37000)
     d_model: int = positive(default=512)
     num_heads: int = positive(default=8)
     d_kv: int | None = positive(default=None)
     d_ff: int = positive(default=2048)
     num_layers: int = positive(default=6)
-    max_position_embeddings: int = positive(default=512)
 
     scale_attention: bool = True
-    position_embedding_type: PositionEmbeddingType = "sinusoidal"
-    relative_attention_num_buckets: int | None = positive(default=None)
-    relative_attention_max_distance: int | None = positive(default=None)
-    rope_theta: float | int | None = positive(default=None)
+    attention_score: AttentionScore = "dot_product"
     sliding_window: int | None = positive(default=None)
 
     norm_first: bool = False
@@ -163,32 +148,17 @@ class AiaynConfig(PreTrainedConfig):
     hidden_act: str = activation_name(default="relu")
     use_bias: bool = True
 
-    scale_embedding: bool = True
-    embedding_norm: bool = False
-    type_vocab_size: int = non_negative(default=0)
-    tie_word_embeddings: bool = True
-    scale_decoder_outputs: bool = False
-
     dropout: float | int = dropout_probability(default=0.1)
     attention_dropout: float | int = dropout_probability(default=0.1)
     activation_dropout: float | int = dropout_probability(default=0.1)
     classifier_dropout: float | int | None = dropout_probability(default=None)
     initializer_range: float = non_negative(default=0.02)
 
-    pad_token_id: int | None = 0
-    bos_token_id: int | None = 1
-    eos_token_id: int | list[int] | None = 2
-
     def __post_init__(self, **kwargs):
         # The parent sets aliases (hidden_size=...) and unknown kwargs first; the derived fields depend on them.
         super().__post_init__(**kwargs)
         if self.d_kv is None and self.d_model % self.num_heads == 0:
             self.d_kv = self.d_model // self.num_heads
-        if self.position_embedding_type == "relative":
-            self.relative_attention_num_buckets = self.relative_attention_num_buckets or 32
-            self.relative_attention_max_distance = self.relative_attention_max_distance or 128
-        if self.position_embedding_type == "rotary" and self.rope_theta is None:
-            self.rope_theta = 10000.0
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
@@ -212,12 +182,86 @@ class AiaynConfig(PreTrainedConfig):
     # Class validators: `@strict` runs every `validate_*` method (transformers' own too) at construction, and
     # `save_pretrained` runs them again.
     def validate_architecture(self):
-        """The heads' size and the sizes the position encodings pair up."""
+        """The heads' size."""
         super().validate_architecture()
         if self.d_kv is None:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
             )
+
+    @property
+    def is_gated_act(self) -> bool:
+        return split_activation(self.hidden_act)[1]
+
+    @property
+    def activation(self) -> str:
+        """The activation function of `hidden_act` without its gate."""
+        return split_activation(self.hidden_act)[0]
+
+    @property
+    def classifier_dropout_rate(self) -> float:
+        return self.dropout if self.classifier_dropout is None else self.classifier_dropout
+
+
+@strict
+class AiaynTextConfig(AiaynConfig):
+    r"""
+    Fields of the three text families (encoder, decoder, seq2seq): the vocabulary, the token embeddings, the
+    positions of tokens and the special tokens.
+
+    vocab_size: number of tokens; the paper's WMT'14 En-De model shares a 37000-token BPE vocabulary.
+    max_position_embeddings: rows of the learned position table; for the other position types, the longest sequence
+        the model was trained for (they run past it).
+
+    Positions:
+        position_embedding_type: `"sinusoidal"` (the paper, section 3.5), `"learned"` (BERT, GPT-2; also the paper's
+            Table 3 row E), `"relative"` (T5's bucketed bias added to the attention logits, one table per stack
+            shared by its layers), `"rotary"` (RoPE, Su et al. 2021) or `"none"`.
+        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketing (32 and 128); only with
+            relative positions.
+        rope_theta: base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
+
+    Embeddings:
+        scale_embedding: multiply token embeddings by sqrt(d_model) (the paper, section 3.4).
+        embedding_norm: normalise the sum of token, position and token-type embeddings (BERT).
+        type_vocab_size: number of token types (BERT's segment embeddings: 2); 0 for none.
+        tie_word_embeddings: share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
+        scale_decoder_outputs: multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
+
+    Special tokens: pad_token_id, bos_token_id, eos_token_id (one id, or a list of ids that all end generation).
+    """
+
+    model_type = ""
+
+    vocab_size: int = positive(default=37000)
+    max_position_embeddings: int = positive(default=512)
+
+    position_embedding_type: PositionEmbeddingType = "sinusoidal"
+    relative_attention_num_buckets: int | None = positive(default=None)
+    relative_attention_max_distance: int | None = positive(default=None)
+    rope_theta: float | int | None = positive(default=None)
+
+    scale_embedding: bool = True
+    embedding_norm: bool = False
+    type_vocab_size: int = non_negative(default=0)
+    tie_word_embeddings: bool = True
+    scale_decoder_outputs: bool = False
+
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.position_embedding_type == "relative":
+            self.relative_attention_num_buckets = self.relative_attention_num_buckets or 32
+            self.relative_attention_max_distance = self.relative_attention_max_distance or 128
+        if self.position_embedding_type == "rotary" and self.rope_theta is None:
+            self.rope_theta = 10000.0
+
+    def validate_architecture(self):
+        """The heads' size and the sizes the position encodings pair up."""
+        super().validate_architecture()
         if self.position_embedding_type == "rotary" and self.d_kv % 2:
             raise ValueError(f"rotary positions rotate pairs of features: d_kv must be even, got {self.d_kv}.")
         if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
@@ -248,56 +292,16 @@ class AiaynConfig(PreTrainedConfig):
             if not all(0 <= i < self.vocab_size for i in ids):
                 raise ValueError(f"{name} must be None or a token id in [0, {self.vocab_size}), got {value!r}.")
 
-    @property
-    def is_gated_act(self) -> bool:
-        return split_activation(self.hidden_act)[1]
-
-    @property
-    def activation(self) -> str:
-        """The activation function of `hidden_act` without its gate."""
-        return split_activation(self.hidden_act)[0]
-
-    def stack_tp_plan(self, stack: str, cross_attention: bool = False) -> dict[str, str]:
-        """How `from_pretrained(tp_plan="auto")` shards one stack over the ranks (Megatron's split): the projections
-        into heads and into the feed-forward width column-wise, each rank holding whole heads (the fused `qkv_proj`
-        and `kv_proj` by `tensor_parallel_aiayn`'s styles), the projections out of them row-wise (their outputs
-        summed across the ranks), the token table by rows of the vocabulary, and the relative position table
-        replicated, its gradient summed. Keys are module paths in the family's base model, under `stack`."""
-        layer = f"{stack}.layers.*"
-        plan = {f"{stack}.embeddings.embed_tokens": "embedding_rowwise"}
-        if self.position_embedding_type == "relative":
-            plan[f"{stack}.relative_position_bias.embedding"] = "replicated_with_grad_allreduce"
-        plan[f"{layer}.self_attn.qkv_proj"] = "aiayn_qkv_colwise"
-        plan[f"{layer}.self_attn.o_proj"] = "rowwise"
-        if cross_attention:
-            plan[f"{layer}.cross_attn.q_proj"] = "colwise"
-            plan[f"{layer}.cross_attn.kv_proj"] = "aiayn_kv_colwise"
-            plan[f"{layer}.cross_attn.o_proj"] = "rowwise"
-        if self.is_gated_act:
-            plan[f"{layer}.ffn.gate_proj"] = "colwise"
-        plan[f"{layer}.ffn.up_proj"] = "colwise"
-        plan[f"{layer}.ffn.down_proj"] = "rowwise"
-        return plan
-
-    @property
-    def classifier_dropout_rate(self) -> float:
-        return self.dropout if self.classifier_dropout is None else self.classifier_dropout
-
 
 @strict
-class AiaynEncoderConfig(AiaynConfig):
+class AiaynEncoderConfig(AiaynTextConfig):
     """BERT-style encoder-only models: a bidirectional stack with masked-LM and classification heads."""
 
     model_type = "aiayn_encoder"
 
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """`AiaynEncoderModel`'s tensor-parallel plan: its one stack (`stack_tp_plan`)."""
-        return self.stack_tp_plan("encoder")
-
 
 @strict
-class AiaynGenerativeConfig(AiaynConfig):
+class AiaynGenerativeConfig(AiaynTextConfig):
     """Fields of the families that generate text.
 
     use_cache: return keys and values of past positions (a `Cache`) so that decoding reuses them.
@@ -336,11 +340,6 @@ class AiaynDecoderConfig(AiaynGenerativeConfig):
 
     model_type = "aiayn_decoder"
 
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """`AiaynDecoderModel`'s tensor-parallel plan: its one stack (`stack_tp_plan`)."""
-        return self.stack_tp_plan("decoder")
-
 
 @strict
 class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
@@ -353,6 +352,10 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
 
     The encoder and the decoder always share one token embedding (the paper's shared source-target vocabulary);
     `tie_word_embeddings` also shares it with the pre-softmax projection, the paper's three-way sharing.
+
+    A saved folder's config names aiayn's text-to-text pipeline in `custom_pipelines`, for processes where aiayn is not
+    installed (the folder's copy of this module keeps it). The installed aiayn's config drops it: `import aiayn`
+    registers that pipeline for the tasks, and `pipeline(task, model=folder)` then needs no `trust_remote_code`.
     """
 
     model_type = "aiayn_seq2seq"
@@ -365,20 +368,10 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
         super().__post_init__(**kwargs)
         if self.num_decoder_layers is None:
             self.num_decoder_layers = self.num_layers
-        if getattr(self, "custom_pipelines", None) and _pipelines_registered_here(self.custom_pipelines):
-            # With aiayn imported, its registered pipeline serves these tasks, without trust_remote_code; the saved
-            # config keeps naming the folder's copy for processes without aiayn (save_pretrained writes it again).
+        if PIPELINES_REGISTERED_ON_IMPORT and getattr(self, "custom_pipelines", None):
+            # aiayn's registered pipeline serves these tasks, without trust_remote_code (save_pretrained names the
+            # folder's copy again, for processes without aiayn).
             del self.custom_pipelines
-
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """`AiaynSeq2SeqModel`'s tensor-parallel plan: the shared token table, the encoder, and the decoder with its
-        cross-attention (`stack_tp_plan`)."""
-        return {
-            "shared": "embedding_rowwise",
-            **self.stack_tp_plan("encoder"),
-            **self.stack_tp_plan("decoder", cross_attention=True),
-        }
 
     def get_text_config(self, decoder=None, encoder=None) -> "AiaynSeq2SeqConfig":
         """With `decoder=True`, a copy whose `num_layers` is the decoder's, which is what caches are sized from."""
@@ -418,7 +411,6 @@ class AiaynVisionConfig(AiaynConfig):
     norm_first: bool = True
     layer_norm_eps: float = positive(default=1e-12)
     hidden_act: str = activation_name(default="gelu")
-    scale_embedding: bool = False
     dropout: float | int = dropout_probability(default=0.0)
     attention_dropout: float | int = dropout_probability(default=0.0)
     activation_dropout: float | int = dropout_probability(default=0.0)
@@ -429,7 +421,10 @@ class AiaynVisionConfig(AiaynConfig):
             self.encoder_stride = self.patch_size
 
     def validate_image_geometry(self):
-        """Patches tile the image; 2-D sinusoids split the channels in four (sine and cosine, row and column)."""
+        """Patches tile the image; sinusoids pair sines and cosines, and 2-D sinusoids split the channels in four
+        (sine and cosine, row and column)."""
+        if self.position_embedding_type == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions pair sines and cosines: d_model must be even, got {self.d_model}.")
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size}): the patches "
@@ -445,24 +440,6 @@ class AiaynVisionConfig(AiaynConfig):
     def grid_size(self) -> int:
         """Patches along each side of an image of `image_size`."""
         return self.image_size // self.patch_size
-
-    @property
-    def base_model_tp_plan(self) -> dict[str, str]:
-        """`AiaynVisionModel`'s tensor-parallel plan: its stack (`stack_tp_plan`) without a token table."""
-        plan = self.stack_tp_plan("encoder")
-        del plan["encoder.embeddings.embed_tokens"]
-        return plan
-
-
-def _pipelines_registered_here(custom_pipelines: dict) -> bool:
-    """Whether this process registered each pipeline of `custom_pipelines` for its task (aiayn is imported)."""
-    from transformers.pipelines import PIPELINE_REGISTRY
-
-    for task, spec in custom_pipelines.items():
-        registered = PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl")
-        if getattr(registered, "__name__", None) != spec.get("impl", "").rsplit(".", 1)[-1]:
-            return False
-    return True
 
 
 FAMILY_CONFIGS = {
@@ -660,6 +637,7 @@ def preset_config(name: str, **overrides) -> AiaynConfig:
 
 __all__ = [
     "AiaynConfig",
+    "AiaynTextConfig",
     "AiaynEncoderConfig",
     "AiaynDecoderConfig",
     "AiaynSeq2SeqConfig",

@@ -1,24 +1,28 @@
-"""The layout of the weights for decoding one sequence on CPUs, chosen by a rule over their shapes.
+"""The layout of the weights for decoding one sequence on CPUs, chosen by a rule over their shapes, for the length of a
+`with decoding_layout(model):` block.
 
 Each step of decoding one sequence without beams multiplies a single row by every weight matrix that the step runs,
 reading each matrix from memory; how fast a CPU BLAS streams a matrix for one row depends on how it lies there.
 `nn.Linear` stores its weight (out, in); GPT-2's `Conv1D` stores (in, out). On every CPU measured
 (`benchmarks/single_row_products.py`; the CPUs and figures are in `benchmarks/README.md`), a matrix with more
 outputs than inputs is read faster for one row stored (in, out), and one with fewer outputs than inputs faster
-stored (out, in). So `generate()` of one row first stores each float32 CPU weight of
-a linear layer with `out_features > in_features` (query-key-value, feed-forward in, output head) transposed: the
-parameter keeps its shape, values and object (ties, optimizers and `state_dict` names hold), only its strides
-change. Nothing is timed: the same model and inputs give the same layout, and so the same bits, on every run.
+stored (out, in). So inside the block each float32 CPU weight of a linear layer that a decoding step runs, with
+`out_features > in_features` (query-key-value, feed-forward in, output head), is stored transposed: the parameter keeps
+its shape, values and object (ties and optimizers hold), only its strides change. Leaving the block stores them as
+they were. Nothing is timed: the same model and inputs give the same layout, and so the same bits, on every run.
 
-`model.train()` and every `state_dict()` (through which `save_pretrained` and safetensors' `save_model`, among
-others, read the weights) restore the standard layout (`restore_standard_layout`). `DECODING_LAYOUT` overrides the
-rule: `"by_shape"` (the default), `"standard"` or `"transposed"`.
+Laying the weights out and back costs about as much as copying them, each time: the block pays off over many decoded
+tokens (one `generate()` of a few dozen tokens or more, or many calls inside one block). Batches and beams multiply
+several rows per step, for which the standard layout is as fast. A state dict taken inside the block hands out the
+transposed tensors: save after it.
 """
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-DECODING_LAYOUT = "by_shape"
 # Smaller weights keep their layout: the rule was measured on 512 x 512 (1 MiB in float32) matrices and larger.
 SMALLEST_LAID_OUT_WEIGHT = 2**18
 
@@ -31,16 +35,22 @@ def is_transposed(weight: torch.Tensor) -> bool:
 def reads_faster_transposed(weight: torch.Tensor) -> bool:
     """Whether a single-row product reads `weight` (out, in) faster stored (in, out): by the rule, when it has more
     outputs than inputs."""
-    if DECODING_LAYOUT != "by_shape":
-        return DECODING_LAYOUT == "transposed"
     out_features, in_features = weight.shape
     return out_features > in_features
 
 
-def _decoding_weights(model: nn.Module):
-    """The weights `lay_out_for_decoding` may lay out: float32 CPU matrices of linear layers, plain tensors (not
-    sharded or quantised), of the sizes the rule was measured on."""
-    for module in model.modules():
+def decoding_step_modules(model: nn.Module) -> nn.Module:
+    """The modules each decoding step runs: an encoder-decoder model's decoder and output projection (its encoder runs
+    once per call, over many rows), or the whole model."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        return nn.ModuleList([model.get_decoder(), model.get_output_embeddings()])
+    return model
+
+
+def laid_out_weights(model: nn.Module) -> Iterator[nn.Parameter]:
+    """The weights the rule lays out: float32 CPU matrices of linear layers, plain tensors (not sharded or
+    quantised), of the sizes the rule was measured on, with more outputs than inputs."""
+    for module in decoding_step_modules(model).modules():
         weight = module.weight if type(module) is nn.Linear else None
         if (
             isinstance(weight, nn.Parameter)
@@ -48,35 +58,30 @@ def _decoding_weights(model: nn.Module):
             and weight.device.type == "cpu"
             and weight.dtype == torch.float32
             and weight.numel() >= SMALLEST_LAID_OUT_WEIGHT
+            and reads_faster_transposed(weight)
         ):
             yield weight
 
 
 def _set_layout(weight: nn.Parameter, transposed: bool):
-    if is_transposed(weight) != transposed:
-        with torch.inference_mode(False), torch.no_grad():
-            weight.data = weight.data.t().contiguous().t() if transposed else weight.data.contiguous()
+    with torch.inference_mode(False), torch.no_grad():
+        weight.data = weight.data.t().contiguous().t() if transposed else weight.data.contiguous()
 
 
-def lay_out_for_decoding(model: nn.Module):
-    """Stores each weight matrix of `model`'s linear layers in the layout a single-row product reads faster (see the
-    module's docstring). Values, shapes, parameter objects and ties are unchanged."""
-    if torch.compiler.is_compiling():
-        return
-    for weight in _decoding_weights(model):
-        _set_layout(weight, reads_faster_transposed(weight))
+@contextmanager
+def decoding_layout(model: nn.Module):
+    """Inside the block, the weights a decoding step of `model` reads are stored in the layout a single-row product
+    reads faster (see the module's docstring); on leaving it, in the standard layout again. Values, shapes, parameter
+    objects and ties are unchanged throughout.
 
-
-def restore_standard_layout(model: nn.Module):
-    """Stores every linear layer's weight matrix that lies transposed (as `lay_out_for_decoding` leaves them) as a
-    contiguous (out, in) tensor again. A contiguity check per layer when there is none: `model.train()` calls it, and
-    the Trainer calls that at every step."""
-    for module in model.modules():
-        if isinstance(module, nn.Linear) and is_transposed(module.weight):
-            _set_layout(module.weight, transposed=False)
-
-
-def restore_standard_layout_hook(module: nn.Module, prefix: str, keep_vars: bool):
-    """A `state_dict` pre-hook: the tensors a state dict hands out are in the standard layout, contiguous, as
-    safetensors requires."""
-    restore_standard_layout(module)
+    >>> with decoding_layout(model):
+    ...     tokens = model.generate(prompt, max_new_tokens=64)
+    """
+    weights = {id(weight): weight for weight in laid_out_weights(model) if not is_transposed(weight)}.values()
+    for weight in weights:
+        _set_layout(weight, transposed=True)
+    try:
+        yield model
+    finally:
+        for weight in weights:
+            _set_layout(weight, transposed=False)

@@ -1,5 +1,5 @@
-"""Local attention: sliding windows and global tokens, and the banded computation that makes their cost linear in the
-sequence length.
+"""Local attention, an attention pattern (`attention_aiayn.AttentionPattern`) selected by `config.sliding_window`:
+sliding windows and global tokens, and the banded computation that makes their cost linear in the sequence length.
 
 A sliding window (`config.sliding_window`, with the semantics of `transformers.masking_utils`) lets a causal query
 attend to the `sliding_window` most recent positions, itself included (Mistral), and a bidirectional one to the
@@ -19,10 +19,15 @@ from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
+from transformers.cache_utils import Cache
 from transformers.masking_utils import (
+    create_bidirectional_sliding_window_mask,
+    create_sliding_window_causal_mask,
     sliding_window_bidirectional_mask_function,
     sliding_window_causal_mask_function,
 )
+
+from .attention_aiayn import FullAttention, attention_dtype
 
 # The fewest queries a block holds: smaller blocks make many small kernel calls.
 MIN_BLOCK_SIZE = 32
@@ -34,17 +39,6 @@ def window_mask_function(window: int, is_causal: bool) -> Callable:
     if is_causal:
         return sliding_window_causal_mask_function(window)
     return sliding_window_bidirectional_mask_function(window)
-
-
-def global_tokens_overlay(global_attention_mask: torch.Tensor) -> Callable:
-    """A mask function (`transformers.masking_utils`' signature) that lets global queries attend to every key and
-    every query attend to the global keys; `global_attention_mask` is `(batch, length)`, 1 at global tokens."""
-    is_global = global_attention_mask.bool()
-
-    def inner_mask(batch_idx, head_idx, q_idx, kv_idx):
-        return is_global[batch_idx, q_idx] | is_global[batch_idx, kv_idx]
-
-    return inner_mask
 
 
 class BandGeometry:
@@ -223,35 +217,86 @@ class BandedAttention:
         gathered = states.gather(2, positions)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
         return torch.cat((bands, gathered), dim=2)
 
-    def attend(
-        self,
-        attention_interface: Callable,
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        **kwargs,
-    ) -> torch.Tensor:
-        """Attention of `(batch, heads, length, d)` queries over keys and values through `attention_interface` (sdpa
-        wrapper signature), block by block. Returns `(batch, length, heads, d)`, as the attention interfaces do."""
+    def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, None]:
+        """Attention of `(batch, heads, length, d)` queries over keys and values through `module.score` (the sdpa
+        wrapper's signature), block by block. Returns the output `(batch, length, heads, d)`, as the attention
+        interfaces do, and no weights; queries that may attend to no key get zero output."""
         batch, heads, length, dim = query.shape
         blocks, key_bands, value_bands = self.blocks(query), self.bands(key), self.bands(value)
         # One mask for every block is passed as a view of every block's (sdpa's backward then holds no expanded copy).
         mask = module.heads_of_this_rank(self.mask, heads).expand(len(blocks), -1, -1, -1)
-        output = attention_interface(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
+        output = module.score(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
         if self.edge_blocks is not None:
             edges, edge_mask = self.edge_blocks, module.heads_of_this_rank(self.edge_mask, heads)
-            at_edges = attention_interface(module, blocks[edges], key_bands[edges], value_bands[edges], edge_mask,
-                                           **kwargs)[0]  # fmt: skip
+            edge_inputs = (blocks[edges], key_bands[edges], value_bands[edges], edge_mask)
+            at_edges = module.score(module, *edge_inputs, **kwargs)[0]
             if output.requires_grad:  # sdpa's backward reads its output, which this may be a view of
                 output = output.index_copy(0, edges, at_edges)
             else:
                 output.index_copy_(0, edges, at_edges)
         output = output.view(batch, -1, heads, dim)[:, :length]
-        if self.global_positions is None:
-            return output
-        positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
-        global_mask = module.heads_of_this_rank(self.global_mask, heads)
-        global_output = attention_interface(module, query.gather(2, positions), key, value, global_mask, **kwargs)[0]
-        rows, slots = self.global_rows, self.global_slots
-        return output.index_put((rows, self.global_positions[rows, slots]), global_output[rows, slots])
+        if self.global_positions is not None:
+            positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
+            global_mask = module.heads_of_this_rank(self.global_mask, heads)
+            global_output = module.score(module, query.gather(2, positions), key, value, global_mask, **kwargs)[0]
+            rows, slots = self.global_rows, self.global_slots
+            output = output.index_put((rows, self.global_positions[rows, slots]), global_output[rows, slots])
+        if self.fully_masked is not None:
+            output = output.masked_fill(self.fully_masked.transpose(1, 2), 0.0)
+        return output, None
+
+
+class SlidingWindowAttention(FullAttention):
+    """Local attention (`config.sliding_window`): each query sees the keys within its window and the global tokens,
+    through transformers' sliding-window masks, or, with sdpa, block by block (`BandedAttention`) where the bands
+    hold no more scores than a masked kernel computes (`BandGeometry.is_cheaper`) and the queries attend to their own
+    keys only (no cache, or a cache's first call). A program exported for a dynamic length takes transformers' mask,
+    which serves every length with one graph (the bands' shapes depend on the length's multiples of a block); global
+    tokens, whose number depends on the values of the mask, take it while compiling."""
+
+    config_field = "sliding_window"
+    causal_mask = staticmethod(create_sliding_window_causal_mask)
+    bidirectional_mask = staticmethod(create_bidirectional_sliding_window_mask)
+
+    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
+        window = self.config.sliding_window
+        batch_size, length = hidden_states.shape[:2]
+        global_attention_mask = pattern_inputs.global_attention_mask
+        if self.attends_in_bands(batch_size, length, cache, global_attention_mask):
+            bias = relative_position_bias.bias_of if relative_position_bias is not None else None
+            return BandedAttention(
+                window,
+                self.is_causal,
+                batch_size,
+                length,
+                attention_mask,
+                global_attention_mask,
+                bias,
+                attention_dtype(hidden_states),
+                hidden_states.device,
+            )
+        # The window in flash attention's terms, which the other backends ignore (their masks hold it): it spans
+        # `sliding_window - 1` keys on either side, so a bidirectional window of distance w is w + 1.
+        flash_window = window + (0 if self.is_causal else 1)
+        return self.masked_attention(
+            hidden_states,
+            attention_mask,
+            cache,
+            position_ids,
+            pattern_inputs,
+            relative_position_bias,
+            sliding_window=flash_window,
+        )
+
+    def attends_in_bands(self, batch_size: int, length: int, cache, global_attention_mask) -> bool:
+        if batch_size == 0 or self.config._attn_implementation != "sdpa":
+            return False
+        if torch.compiler.is_exporting() and not isinstance(length, int):
+            return False
+        if global_attention_mask is not None and torch.compiler.is_compiling():
+            return False
+        if cache is not None and (
+            not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
+        ):
+            return False  # keys other than the queries' own: decoding steps, a paged cache
+        return BandGeometry(self.config.sliding_window, self.is_causal).is_cheaper(length)

@@ -13,17 +13,14 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
-from .modeling_aiayn import (
+from .heads_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
     AiaynForTokenClassification,
-    AiaynGenerationMixin,
     AiaynLanguageModel,
-    AiaynPreTrainedModel,
-    AiaynStack,
-    AiaynTokenEmbedding,
     carried_fields,
 )
+from .modeling_aiayn import AiaynGenerationMixin, AiaynPreTrainedModel, AiaynStack, AiaynTokenEmbedding
 
 
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
@@ -71,12 +68,15 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         r"""
         cache (`Cache`, *optional*):
             Keys and values of earlier positions (`DynamicCache`, `StaticCache`); with `use_cache` one is created
             and returned. Positions continue from its length, or from the 2D `attention_mask` when given.
+        global_attention_mask (`torch.Tensor`, *optional*):
+            Refused with a `ValueError`: global tokens attend to later positions, which a causal decoder does not.
         """
         outputs = self.decoder(
             input_ids=input_ids,
@@ -86,6 +86,7 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
             inputs_embeds=inputs_embeds,
             cache=cache,
             use_cache=use_cache,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         return BaseModelOutputWithPast(**carried_fields(outputs, BaseModelOutputWithPast))

@@ -8,19 +8,16 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
-from .modeling_aiayn import (
+from .heads_aiayn import (
     AiaynForMultipleChoice,
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
     AiaynForTokenClassification,
     AiaynLanguageModel,
     AiaynPooler,
-    AiaynPreTrainedModel,
-    AiaynStack,
-    AiaynTokenEmbedding,
-    build_norm,
     carried_fields,
 )
+from .modeling_aiayn import AiaynPreTrainedModel, AiaynStack, AiaynTokenEmbedding, build_norm
 
 
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
@@ -46,17 +43,25 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
         """BERT classifies a sequence from its pooled first token."""
         return outputs.pooler_output
 
-    def base_model_outputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs):
+    def base_model_outputs(
+        self,
+        input_ids,
+        attention_mask,
+        token_type_ids,
+        position_ids,
+        inputs_embeds,
+        global_attention_mask=None,
+        **kwargs,
+    ):
         """With a sliding window, the first token, which a pooled head reads, is a global token unless a
         `global_attention_mask` says otherwise (Longformer's classifiers): it then reads the whole sequence."""
         pooled = self.model.pooler is not None
-        if self.config.sliding_window is not None and pooled and kwargs.get("global_attention_mask") is None:
+        if self.config.sliding_window is not None and pooled and global_attention_mask is None:
             tokens = input_ids if input_ids is not None else inputs_embeds
-            first_token = torch.zeros(tokens.shape[:2], dtype=torch.long, device=tokens.device)
-            first_token[:, 0] = 1
-            kwargs["global_attention_mask"] = first_token
+            global_attention_mask = torch.zeros(tokens.shape[:2], dtype=torch.long, device=tokens.device)
+            global_attention_mask[:, 0] = 1
         return super().base_model_outputs(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, global_attention_mask, **kwargs
         )
 
 

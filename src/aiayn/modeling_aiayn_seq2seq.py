@@ -16,16 +16,13 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
-from .modeling_aiayn import (
+from .heads_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
-    AiaynGenerationMixin,
     AiaynLanguageModel,
-    AiaynPreTrainedModel,
-    AiaynStack,
-    AiaynTokenEmbedding,
     carried_fields,
 )
+from .modeling_aiayn import AiaynGenerationMixin, AiaynPreTrainedModel, AiaynStack, AiaynTokenEmbedding
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -92,6 +89,7 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         token_type_ids: torch.LongTensor | None,
         position_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
+        global_attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         **kwargs,
@@ -120,6 +118,7 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         return outputs, decoder_input_ids, decoder_attention_mask
@@ -147,6 +146,7 @@ class AiaynSeq2SeqStacks(AiaynSeq2SeqPreTrainedModel):
     and, where `has_decoder`, the decoder."""
 
     has_decoder = True
+    _tp_plan = {"shared": "embedding_rowwise"}  # with the stacks' plans (`AiaynStack._tp_plan`)
 
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)
@@ -258,9 +258,6 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.loss_type = "ForMaskedLM"  # the labels are aligned with the decoder's positions already: no shift
         self.post_init()
-
-    def decoding_step_modules(self) -> nn.Module:
-        return nn.ModuleList([self.model.decoder, self.lm_head])
 
     def generate(
         self,

@@ -14,15 +14,10 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynVisionConfig
+from .heads_aiayn import AiaynClassificationHead, AiaynPooler, carried_fields
 from .losses_aiayn import sequence_classification_loss
-from .modeling_aiayn import (
-    AiaynClassificationHead,
-    AiaynPooler,
-    AiaynPreTrainedModel,
-    AiaynSinusoidalPositionEmbedding,
-    AiaynStack,
-    carried_fields,
-)
+from .modeling_aiayn import AiaynPreTrainedModel, AiaynStack
+from .positions_aiayn import AiaynSinusoidalPositionEmbedding
 
 
 class AiaynVisionPreTrainedModel(AiaynPreTrainedModel):

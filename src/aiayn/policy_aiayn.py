@@ -10,6 +10,7 @@ import warnings
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.dynamic_module_utils import custom_object_save
 
 
 class IndexOutOfRangeError(ValueError, IndexError):
@@ -45,6 +46,99 @@ def check_labels_shape(labels: torch.Tensor, expected: tuple[int, ...], meaning:
         raise ValueError(f"labels have shape {shape}, but the model needs {meaning}: shape {wanted}.")
 
 
+def check_stack_inputs(
+    stack: nn.Module,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    past_length: int | torch.Tensor,
+    encoder_hidden_states: torch.Tensor | None,
+    encoder_attention_mask: torch.Tensor | None,
+):
+    """Raises `ValueError` unless a stack gets exactly one of ids and embeddings (ids only where it has a token table),
+    ids inside the vocabulary (`IndexOutOfRangeError`) and padding masks shaped like the tokens they cover."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Specify exactly one of input_ids and inputs_embeds.")
+    prefix = "decoder_" if stack.has_cross_attention else ""
+    if stack.embeddings is None and input_ids is not None:
+        raise ValueError("This stack has no token table: its inputs come embedded (inputs_embeds).")
+    if input_ids is not None:
+        check_token_ids(input_ids, stack.embeddings.embed_tokens.num_embeddings, f"{prefix}input_ids", "vocab_size")
+    if torch.compiler.is_compiling():
+        return
+    (batch_size, seq_length), past_length = (
+        (input_ids if input_ids is not None else inputs_embeds).shape[:2],
+        int(past_length),
+    )
+    check_mask_shape(
+        attention_mask,
+        (batch_size, past_length + seq_length),
+        f"{prefix}attention_mask",
+        f"{seq_length} tokens" + (f" after {past_length} cached ones" if past_length else ""),
+    )
+    if encoder_hidden_states is not None:
+        check_mask_shape(
+            encoder_attention_mask,
+            tuple(encoder_hidden_states.shape[:2]),
+            "attention_mask",
+            f"{encoder_hidden_states.shape[1]} source tokens",
+        )
+
+
+def check_token_type_ids(token_type_ids: torch.Tensor | None, shape: tuple[int, int], table: nn.Embedding | None):
+    """Raises `ValueError` for token types given to a model without them or shaped unlike the inputs, and
+    `IndexOutOfRangeError` for types outside `table`."""
+    if token_type_ids is None:
+        return
+    if table is None:
+        raise ValueError("token_type_ids were given but the model has no token types (config.type_vocab_size=0).")
+    if tuple(token_type_ids.shape) != shape:
+        raise ValueError(
+            f"token_type_ids have shape {tuple(token_type_ids.shape)}; the inputs have shape {shape}: one token "
+            "type per token."
+        )
+    check_token_ids(token_type_ids, table.num_embeddings, "token_type_ids", "type_vocab_size")
+
+
+def check_positions(position_ids: torch.Tensor, limit: int):
+    """Raises `IndexOutOfRangeError` for positions past a learned table of `limit` rows (`max_position_embeddings`);
+    the other position types extend to any length."""
+    if position_ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    length = int(position_ids.max()) + 1
+    if length > limit:
+        raise IndexOutOfRangeError(
+            f"The sequence is {length} tokens long (cached tokens included), longer than "
+            f"max_position_embeddings={limit}, the positions this model has learned embeddings for. Truncate the "
+            f"input to {limit} tokens (tokenizer(..., truncation=True, max_length={limit})), or use a model with "
+            "sinusoidal, relative or rotary positions, which extend past the training length."
+        )
+
+
+def check_global_attention_mask(
+    global_attention_mask: torch.Tensor | None, shape: tuple[int, int], is_causal: bool, config
+):
+    """Global tokens need bidirectional attention, a mask shaped like the inputs, and a backend that can mix them
+    into the window."""
+    if global_attention_mask is None:
+        return
+    if is_causal:
+        raise ValueError(
+            "global_attention_mask marks tokens that attend to every position, which needs bidirectional "
+            "attention: encoders (and the encoder of a seq2seq model) take it; a causal decoder does not."
+        )
+    if tuple(global_attention_mask.shape) != shape:
+        raise ValueError(
+            f"global_attention_mask has shape {tuple(global_attention_mask.shape)}, but the inputs have shape "
+            f"{shape}: one 0 or 1 per token."
+        )
+    if config._attn_implementation.startswith("flash"):
+        raise ValueError(
+            "Flash attention takes a window but no global tokens; use attn_implementation='sdpa', "
+            "'flex_attention' or 'eager' with global_attention_mask."
+        )
+
+
 def check_continuous_batching(config) -> None:
     """Raises `ValueError` where transformers' continuous batching (`generate_batch`, paged attention, `transformers
     serve --continuous-batching`) cannot run the model: it packs decoder-only prompts into one paged cache, so it has
@@ -70,6 +164,12 @@ def is_stack(module: nn.Module) -> bool:
     return isinstance(getattr(module, "layers", None), nn.ModuleList)
 
 
+def is_aiayn_module(module_name: str) -> bool:
+    """Whether a module is aiayn's (installed, or a folder's copy): `modeling_aiayn*` or `*_aiayn`."""
+    name = module_name.rsplit(".", 1)[-1]
+    return name.startswith("modeling_aiayn") or name.endswith("_aiayn")
+
+
 def aiayn_class_of(model: PreTrainedModel) -> type[PreTrainedModel]:
     """The aiayn class of `model`: the first class of its MRO defined in a `modeling_aiayn*` module. FSDP2's
     `fully_shard` swaps a module's class for a subclass of it and `FSDPModule` made on the fly
@@ -84,6 +184,14 @@ class AiaynCheckpointBase(PreTrainedModel):
 
     # Auto class name -> model class name, for every Auto class the family supports (set by each family).
     auto_classes: dict[str, str] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """transformers' set-up of a model class. A subclass defined outside aiayn's code is a wrapper's, made on the
+        fly (FSDP2's `fully_shard` makes one in a module of torch's): transformers does not save its code or name it
+        in `auto_map` (it has no Auto class), `save_pretrained` saves the aiayn class's."""
+        super().__init_subclass__(**kwargs)
+        if not is_aiayn_module(cls.__module__):
+            cls._auto_class = None
 
     @classmethod
     def from_pretrained(
@@ -151,10 +259,11 @@ class AiaynCheckpointBase(PreTrainedModel):
             )
         return (model, loading_info) if output_loading_info else model
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
+    def save_pretrained(self, save_directory, is_main_process: bool = True, **kwargs):
         """`PreTrainedModel.save_pretrained`, with a `config.json` whose `auto_map` names every Auto class of the
         family (transformers writes only the saved class), so that any head loads from the folder with
-        `trust_remote_code=True` where aiayn is not installed."""
+        `trust_remote_code=True` where aiayn is not installed. transformers copies the code of a registered aiayn
+        class; under a wrapper's class (see `__init_subclass__`) the aiayn class's code is copied here."""
         model_class = aiayn_class_of(self)
         modeling_module = model_class.__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
@@ -162,9 +271,8 @@ class AiaynCheckpointBase(PreTrainedModel):
             "AutoConfig": f"{configuration_module}.{type(self.config).__name__}",
             **{auto_class: f"{modeling_module}.{name}" for auto_class, name in self.auto_classes.items()},
         }
-        # transformers copies the code of the instance's class; under a wrapper's class, save as the model's own.
-        wrapper_class, self.__class__ = type(self), model_class
-        try:
-            return super().save_pretrained(save_directory, *args, **kwargs)
-        finally:
-            self.__class__ = wrapper_class
+        saved = super().save_pretrained(save_directory, is_main_process=is_main_process, **kwargs)
+        wrapped = model_class._auto_class is not None and not self.is_remote_code()
+        if wrapped and self.should_save_on_this_rank(is_main_process):
+            custom_object_save(model_class, save_directory)
+        return saved

@@ -29,7 +29,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from ..conversion import bart_layer_weights
 from ..data import load_corpus
-from ..modeling_aiayn import AiaynSinusoidalPositionEmbedding
+from ..positions_aiayn import AiaynSinusoidalPositionEmbedding
 from ..tokenization import train_tokenizer
 from ..training import DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate
 

@@ -1,4 +1,4 @@
-"""`aiayn demo`: the three families trained on real text on a CPU (larger on a GPU), fine-tuned, evaluated, saved
+"""`aiayn demo`: the four families trained on real text on a CPU (larger on a GPU), fine-tuned, evaluated, saved
 and reloaded.
 
 1. A GPT-style model learns Shakespeare (byte-level BPE) and writes samples with temperature and top-k.
@@ -34,6 +34,7 @@ import torch
 import transformers
 
 from ..data import load_corpus
+from ..layout_aiayn import decoding_layout
 from ..training import TASKS, DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, save_model_folder
 from .baselines import (
     copy_source_scores,
@@ -292,7 +293,8 @@ def show_gpt(folder: str) -> list[str]:
     samples = []
     for settings in ({"temperature": 0.8, "top_k": 40}, {"temperature": 1.0, "top_k": 200}):
         torch.manual_seed(0)
-        output = model.generate(**prompt, do_sample=True, max_new_tokens=120, min_new_tokens=120, **settings)
+        with decoding_layout(model):  # one sequence of 120 tokens: the single-row layout pays
+            output = model.generate(**prompt, do_sample=True, max_new_tokens=120, min_new_tokens=120, **settings)
         text = tokenizer.decode(output[0], skip_special_tokens=True)
         samples.append(text)
         print(f"\n--- sample (temperature {settings['temperature']}, top-k {settings['top_k']}) ---\n{text}")

@@ -26,7 +26,7 @@ def _save(figure, path: str) -> str:
 
 def positional_encoding_heatmap(path: str, d_model: int = 512, positions: int = 100) -> str:
     """The paper's sinusoidal encodings (section 3.5) of `positions` positions as a heatmap."""
-    from ..modeling_aiayn import AiaynSinusoidalPositionEmbedding
+    from ..positions_aiayn import AiaynSinusoidalPositionEmbedding
 
     plt = _pyplot()
     table = AiaynSinusoidalPositionEmbedding(d_model)(torch.arange(positions)[None])[0]

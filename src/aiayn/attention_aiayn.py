@@ -1,0 +1,382 @@
+"""Attention (section 3.2) and the two axes along which aiayn's attention varies, each an extension point.
+
+- The score: how a query scores a key and turns the scores into an output. `DotProductScore` is eq. (1), computed by
+  the configured backend (transformers' attention interface: eager, sdpa, flex, flash). A score is a module of every
+  attention layer (`AiaynAttention.score`), called like transformers' attention functions.
+- The pattern: which keys each query sees. `FullAttention` is the paper's (causal in decoders). A pattern is a module
+  of each stack (`AiaynStack.attention_pattern`); once per forward it prepares, from the stack's inputs, an object
+  whose `attend` every layer calls (`MaskedAttention` here: attention through transformers' masks).
+
+`attention_variants_aiayn` registers the variants and picks them from the config; the stack, the layers and the heads
+name none. What a pattern reads besides the padding mask arrives in one `AttentionPatternInputs`.
+
+This module imports nothing but torch and transformers: `save_pretrained` copies it next to the weights with the
+modeling code.
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+
+from .configuration_aiayn import AiaynConfig
+from .policy_aiayn import check_global_attention_mask
+from .positions_aiayn import AiaynRelativePositionBias, apply_rotary
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention, eq. (1), with the mask added before the softmax:
+
+    `softmax(Q K^T * scaling + M) V`, where `M` is 0 where attention is allowed and the dtype's minimum elsewhere
+    (plus any position bias). The softmax runs in float32. Returns the output `(batch, seq, heads, d_kv)` and the
+    attention probabilities `(batch, heads, seq, key_length)`.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+class DotProductScore(nn.Module):
+    """Scaled dot-product attention, eq. (1), through the backend `config._attn_implementation` names (transformers'
+    attention interface), or `eager_attention_forward`. Called as the backends are: `(attention module, query, key,
+    value, mask, dropout=..., scaling=..., **kwargs)` to `(output, weights)`. Like every score, it is built from the
+    config; dot products need nothing of it (the scale is the attention module's `scaling`)."""
+
+    def __init__(self, config: AiaynConfig):
+        super().__init__()
+
+    def forward(self, module, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        implementation = module.config._attn_implementation
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
+            attention_interface = eager_attention_forward
+        if kwargs.get("dropout") and value.device.type == "cpu" and implementation == "sdpa":
+            # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the
+            # values for the backward as given: a view of the fused projection would keep all of its output alive.
+            value = value.contiguous()
+        return attention_interface(module, query, key, value, attention_mask, **kwargs)
+
+
+def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
+    """The dtype attention computes in: autocast's where it is on (the projections' outputs), else the states'. Masks
+    and biases built in it reach the attention kernel as they are, rather than cast again in every layer."""
+    device_type = hidden_states.device.type
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
+
+
+def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
+    """Finds the queries that a materialised `(batch, 1, queries, keys)` mask (boolean, True where allowed, or
+    additive, the dtype's minimum where not) lets attend to no key: padding left of every real token, or a row that
+    is all padding. A softmax over no key is NaN with `-inf` masks and an arbitrary mean of the values with finite
+    ones, and differs between backends; so their rows are opened (every backend stays finite, gradients too) and
+    the attention zeroes their output and weights. Returns `(mask, fully_masked)`, `fully_masked` being
+    `(batch, 1, queries, 1)` flags, or None when every query has a key (or the mask is not materialised)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 4:
+        return attention_mask, None
+    if attention_mask.dtype == torch.bool:
+        fully_masked = ~attention_mask.any(-1, keepdim=True)
+    else:
+        fully_masked = (attention_mask == torch.finfo(attention_mask.dtype).min).all(-1, keepdim=True)
+    if not torch.compiler.is_compiling() and not fully_masked.any():
+        return attention_mask, None
+    if attention_mask.dtype == torch.bool:
+        return attention_mask | fully_masked, fully_masked
+    return attention_mask.masked_fill(fully_masked, 0.0), fully_masked
+
+
+def global_tokens_overlay(global_attention_mask: torch.Tensor) -> Callable:
+    """A mask function (`transformers.masking_utils`' signature) that lets global queries attend to every key and
+    every query attend to the global keys; `global_attention_mask` is `(batch, length)`, 1 at global tokens."""
+    is_global = global_attention_mask.bool()
+
+    def inner_mask(batch_idx, head_idx, q_idx, kv_idx):
+        return is_global[batch_idx, q_idx] | is_global[batch_idx, kv_idx]
+
+    return inner_mask
+
+
+class AttentionPatternInputs:
+    """What attention patterns read from a model's inputs besides the padding mask, in one object from the model's
+    forward to the pattern.
+
+    global_attention_mask: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every position and
+        which every position attends to; bidirectional stacks only.
+    """
+
+    def __init__(self, global_attention_mask: torch.Tensor | None = None):
+        self.global_attention_mask = global_attention_mask
+
+
+class MaskedAttention:
+    """Attention of each query over the keys a mask allows, for every layer of a stack: `mask` in the form the
+    backend takes (None: all keys, or causal where the backend is told so), the relative position bias folded in
+    except for flex attention, which takes it as `position_bias`; `fully_masked` queries (see
+    `open_fully_masked_queries`) get zero output and weights; `backend_kwargs` go to the backend as they are."""
+
+    def __init__(self, mask=None, fully_masked=None, position_bias=None, **backend_kwargs):
+        self.mask, self.fully_masked, self.position_bias = mask, fully_masked, position_bias
+        self.backend_kwargs = backend_kwargs
+
+    def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`(batch, heads, length, d)` queries over keys and values through `module.score`: the output
+        `(batch, length, heads, d)` and the weights (None where the backend returns none)."""
+        heads = query.shape[1]
+        if self.position_bias is not None:
+            kwargs["position_bias"] = module.heads_of_this_rank(self.position_bias, heads)
+        mask = module.heads_of_this_rank(self.mask, heads)
+        output, weights = module.score(module, query, key, value, mask, **self.backend_kwargs, **kwargs)
+        if self.fully_masked is not None:
+            output = output.masked_fill(self.fully_masked.transpose(1, 2), 0.0)
+            weights = weights.masked_fill(self.fully_masked, 0.0) if weights is not None else None
+        return output, weights
+
+
+class AttentionPattern(nn.Module):
+    """Which keys each query sees: one per stack. `prepare` runs once per forward and returns what every layer's
+    attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
+    `MaskedAttention`. `config_field` is the config field whose value selects the pattern
+    (`attention_variants_aiayn.attention_pattern_class`)."""
+
+    config_field: str | None = None
+
+    def __init__(self, config: AiaynConfig, is_causal: bool):
+        super().__init__()
+        self.config = config
+        self.is_causal = is_causal
+
+    def prepare(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: Cache | None,
+        position_ids: torch.Tensor,
+        pattern_inputs: AttentionPatternInputs,
+        relative_position_bias: AiaynRelativePositionBias | None,
+    ):
+        raise NotImplementedError
+
+
+class FullAttention(AttentionPattern):
+    """The paper's pattern: every query sees every key (bidirectional stacks) or every key up to its own (causal
+    stacks), through transformers' masks (`masking_utils`), padding and global tokens included."""
+
+    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
+        return self.masked_attention(
+            hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias
+        )
+
+    def masked_attention(
+        self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, **backend
+    ) -> MaskedAttention:
+        """Attention through this pattern's mask, with the relative position bias of queries at their positions over
+        the keys the cache holds added (flex attention takes it separately, indexed per batch row, as its mask is a
+        block mask)."""
+        mask = self.mask(hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias)
+        mask, fully_masked = open_fully_masked_queries(mask)
+        if relative_position_bias is None:
+            return MaskedAttention(mask, fully_masked, **backend)
+        batch_size, query_length = hidden_states.shape[:2]
+        key_length, key_offset = cache.get_mask_sizes(query_length, 0) if cache is not None else (query_length, 0)
+        past_length = cached_length(cache)
+        bias = relative_position_bias(query_length, key_length, past_length, key_offset)
+        bias = bias.to(attention_dtype(hidden_states))
+        if "flex_attention" in self.config._attn_implementation:
+            return MaskedAttention(mask, fully_masked, bias.expand(batch_size, -1, -1, -1), **backend)
+        if mask is None:
+            mask = bias
+        elif mask.dtype == torch.bool:
+            mask = torch.where(mask, bias, torch.finfo(bias.dtype).min)
+        else:
+            mask = mask.to(bias.dtype) + bias
+        return MaskedAttention(mask, fully_masked, **backend)
+
+    def mask(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
+        """transformers' mask of the pattern, in the form the backend takes: causal (materialised where a position
+        bias is added to it), or bidirectional with the global tokens."""
+        common = {"config": self.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
+        if self.is_causal:
+            skip = relative_position_bias is None
+            return self.causal_mask(**common, cache=cache, position_ids=position_ids, allow_is_causal_skip=skip)
+        global_attention_mask = pattern_inputs.global_attention_mask
+        overlay = global_tokens_overlay(global_attention_mask) if global_attention_mask is not None else None
+        return self.bidirectional_mask(**common, or_mask_function=overlay)
+
+    causal_mask = staticmethod(create_causal_mask)
+    bidirectional_mask = staticmethod(create_bidirectional_mask)
+
+
+def cached_length(cache: Cache | None) -> int | torch.Tensor:
+    """The number of positions a cache holds before the new ones (0 without a cache; a paged cache, which packs many
+    sequences, holds none of its own)."""
+    return cache.get_seq_length() if isinstance(cache, Cache) else 0
+
+
+class AttentionInputs:
+    """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
+    states, built once per forward (`prepare_attention_inputs`): the prepared `pattern`, whose `attend` computes
+    attention, and the rotary `(cos, sin)` tables of self-attention."""
+
+    def __init__(self, pattern: MaskedAttention, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
+        self.pattern = pattern
+        self.rotary = rotary
+
+
+def prepare_attention_inputs(
+    stack: nn.Module,
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    cache: Cache | None,
+    position_ids: torch.Tensor,
+    pattern_inputs: AttentionPatternInputs,
+    encoder_hidden_states: torch.Tensor | None,
+    encoder_attention_mask: torch.Tensor | None,
+) -> tuple[AttentionInputs, AttentionInputs | None]:
+    """What every layer of `stack` reads besides the states, for self-attention and, given encoder states, for
+    encoder-decoder attention: the stack's pattern prepared over the inputs (the relative position bias folded in),
+    the rotary tables, and the source's padding mask."""
+    check_global_attention_mask(
+        pattern_inputs.global_attention_mask, tuple(hidden_states.shape[:2]), stack.is_causal, stack.config
+    )
+    self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    pattern = stack.attention_pattern.prepare(
+        hidden_states, attention_mask, self_attention_cache, position_ids, pattern_inputs, stack.relative_position_bias
+    )
+    rotary = stack.rotary_embedding(position_ids, hidden_states.dtype) if stack.rotary_embedding is not None else None
+    if encoder_hidden_states is None:
+        return AttentionInputs(pattern, rotary), None
+    source_mask = create_bidirectional_mask(
+        config=stack.config,
+        inputs_embeds=hidden_states,
+        attention_mask=encoder_attention_mask,
+        encoder_hidden_states=encoder_hidden_states,
+    )
+    return AttentionInputs(pattern, rotary), AttentionInputs(MaskedAttention(*open_fully_masked_queries(source_mask)))
+
+
+class AiaynAttention(nn.Module):
+    """Multi-head attention (section 3.2.2): `Concat(head_1, ..., head_h) W^O` with
+    `head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`, each head's attention computed by the layer's `score` over the
+    keys the stack's pattern lets each query see."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, score: nn.Module):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal
+        self.num_heads = config.num_heads
+        self.head_dim = config.d_kv
+        self.inner_dim = config.num_heads * config.d_kv
+        self.scaling = self.head_dim**-0.5 if config.scale_attention else 1.0
+        self.attention_dropout = config.attention_dropout
+        self.score = score
+        self.o_proj = nn.Linear(self.inner_dim, config.d_model, bias=config.use_bias)
+
+    def project(self, proj: nn.Linear, states: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+        """`count` fused projections of `(batch, seq, d_model)` states, each split into `(batch, heads, seq, d_kv)`:
+        all `num_heads`, or this rank's share of them under tensor parallelism."""
+        projected = proj(states).unflatten(-1, (count, -1, self.head_dim))
+        return projected.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def attend(self, query, key, value, inputs: AttentionInputs, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of `(batch, heads, seq, d_kv)` queries over keys and values as the prepared pattern computes it,
+        then `W^O`."""
+        dropout = self.attention_dropout if self.training else 0.0
+        output, weights = inputs.pattern.attend(
+            self, query, key, value, dropout=dropout, scaling=self.scaling, **kwargs
+        )
+        return self.o_proj(output.flatten(2)), weights
+
+    def heads_of_this_rank(self, per_head: torch.Tensor | object | None, heads: int) -> torch.Tensor | object | None:
+        """A `(batch, num_heads, queries, keys)` mask or bias cut to the `heads` this rank computes under tensor
+        parallelism (the stack's `_tp_plan`: rank r holds the r-th run of heads); anything else as it is."""
+        if not isinstance(per_head, torch.Tensor) or per_head.dim() != 4 or per_head.shape[1] in (1, heads):
+            return per_head
+        first = self.o_proj.weight.device_mesh.get_local_rank() * heads
+        return per_head[:, first : first + heads]
+
+
+class AiaynSelfAttention(AiaynAttention):
+    """Self-attention: queries, keys and values all come from the previous layer (one fused projection)."""
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, score: nn.Module):
+        super().__init__(config, layer_idx, is_causal, score)
+        self.qkv_proj = nn.Linear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        inputs: AttentionInputs | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        inputs = inputs if inputs is not None else AttentionInputs(MaskedAttention())
+        query, key, value = self.project(self.qkv_proj, hidden_states, 3)
+        if inputs.rotary is not None:
+            cos, sin = inputs.rotary
+            query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)  # a paged cache fills in kwargs
+        return self.attend(query, key, value, inputs, **kwargs)
+
+
+class AiaynCrossAttention(AiaynAttention):
+    """Encoder-decoder attention (section 3.2.3): queries from the decoder, keys and values from the encoder output.
+
+    With a cache, the keys and values are computed once per source and reused at every decoding step.
+    """
+
+    def __init__(self, config: AiaynConfig, layer_idx: int, score: nn.Module):
+        super().__init__(config, layer_idx, is_causal=False, score=score)
+        self.q_proj = nn.Linear(config.d_model, self.inner_dim, bias=config.use_bias)
+        self.kv_proj = nn.Linear(config.d_model, 2 * self.inner_dim, bias=config.use_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        inputs: AttentionInputs | None = None,
+        cache: EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        (query,) = self.project(self.q_proj, hidden_states, 1)
+        if cache is not None and cache.is_updated.get(self.layer_idx):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            key, value = layer.keys, layer.values
+        else:
+            key, value = self.project(self.kv_proj, encoder_hidden_states, 2)
+            if cache is not None:
+                check_full_cross_attention_cache(cache.cross_attention_cache, self.layer_idx)
+                key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+                cache.is_updated[self.layer_idx] = True
+        inputs = inputs if inputs is not None else AttentionInputs(MaskedAttention())
+        return self.attend(query, key, value, inputs, **kwargs)
+
+
+def check_full_cross_attention_cache(cache: Cache, layer_idx: int):
+    """Raises `ValueError` when encoder-decoder attention would cache its keys in a sliding-window layer, which keeps
+    only the last keys of the source: a `DynamicCache(config=...)` or `StaticCache` of a config with
+    `sliding_window`. (`generate()` and the model build full caches for it.)"""
+    if layer_idx < len(cache.layers) and getattr(cache.layers[layer_idx], "is_sliding", False):
+        raise ValueError(
+            "The cross-attention cache has sliding-window layers, which would keep only the last keys of the source. "
+            "Encoder-decoder attention reads the whole source: build it without the config's window, e.g. "
+            "EncoderDecoderCache(DynamicCache(config=config), DynamicCache())."
+        )
