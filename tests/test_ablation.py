@@ -164,3 +164,70 @@ def test_a_cell_over_seeds_is_the_mean_plus_or_minus_half_the_range():
     table = ablation_table([{"row": "base", "variant": "base", "paper": (4.92, 25.8, 65), "runs": runs}])
     row = table.splitlines()[2]
     assert row == "| base | base | 1.66M | 215 ± 15 | 202.00 ± 12.00 | 1.00 ± 0.50 | 4.92 | 25.8 | 65M |"
+
+
+def test_row_s_trains_the_three_scores_at_four_head_sizes_and_measures_their_logits(tmp_path, monkeypatch):
+    """`aiayn ablate --rows S`: unscaled dot products, scaled dot products and additive scores at d_k 32 to 256, one
+    head each on the base row, the statistics of the logits before and after training in the JSON, a table of them
+    and a plot (training is left out: `train_and_evaluate` records instead)."""
+    built = []
+
+    def record(trainer, budget, label):
+        built.append(trainer.model.config)
+        return {"parameters": 1, "steps": 1, "perplexity": 1.0, "bleu": 0.0}
+
+    monkeypatch.setattr(ablation, "train_and_evaluate", record)
+    results = ablate(str(tmp_path), ("S",), Budget(steps=1), eval_samples=64, train_samples=16, use_cpu=True)
+    scores = {"dot product, unscaled": ("dot_product", False), "dot product, scaled": ("dot_product", True),
+              "additive": ("additive", True)}  # fmt: skip
+    expected = [(name, size) for size in (32, 64, 128, 256) for name in scores]
+    assert [(r["row"], r["variant"]) for r in results] == [("base", "base")] + [
+        ("S", f"{name}, d_k={size}") for name, size in expected
+    ]
+    for (name, size), config in zip(expected, built[1:], strict=True):
+        assert (config.num_heads, config.d_kv, config.d_model) == (1, size, 128)
+        assert (config.attention_score, config.scale_attention) == scores[name]
+    for result in results[1:]:
+        for stage in ("at_init", "trained"):
+            statistics = result["runs"][0][stage]
+            assert statistics["logit_spread"] > 0 and statistics["entropy"] > 0 and statistics["logit_gradient"] > 0
+    # Footnote 4, at initialisation: from the same initial weights, unscaled dot products spread sqrt(d_k) times as
+    # far as scaled ones (exactly in the first layer; later layers read slightly different states).
+    spreads = {r["variant"]: r["runs"][0]["at_init"]["logit_spread"] for r in results[1:]}
+    for size in (32, 64, 128, 256):
+        ratio = spreads[f"dot product, unscaled, d_k={size}"] / spreads[f"dot product, scaled, d_k={size}"]
+        assert ratio == pytest.approx(size**0.5, rel=1e-3)  # measured within 5.1e-4
+    table = (tmp_path / "ablation.md").read_text()
+    assert "| additive, d_k=256 |" in table and "logit spread (init)" in table
+    assert (tmp_path / "attention_scores.png").stat().st_size > 0
+
+
+def test_attention_statistics_are_those_of_the_logits_computed_by_hand():
+    """One encoder layer, one padded row: the logits' spread and entropy over the keys each query may see, from the
+    queries and keys of the layer's own projection; the model is left in its attention implementation and mode."""
+    from aiayn.experiments.attention_scores import attention_statistics
+
+    config = preset_config("tiny-encoder", vocab_size=96, d_model=32, d_ff=64, num_heads=2, num_layers=1,
+                           scale_attention=False, dropout=0.0, attention_dropout=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa").train()
+    ids = torch.randint(3, 96, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    captured = []
+    model.model.encoder.layers[0].self_attn.qkv_proj.register_forward_hook(lambda m, a, out: captured.append(out))
+    statistics = attention_statistics(model, {"input_ids": ids, "attention_mask": mask, "labels": ids})
+    assert model.config._attn_implementation == "sdpa" and model.training
+    q, k, _ = captured[0].detach().split(32, dim=-1)
+    spreads, entropies = [], []
+    for row in range(2):
+        keys = int(mask[row].sum())
+        for head in range(2):
+            qh, kh = q[row, :, 16 * head : 16 * (head + 1)], k[row, :keys, 16 * head : 16 * (head + 1)]
+            logits = qh @ kh.T  # unscaled
+            spreads += logits.std(dim=-1, unbiased=False).tolist()
+            p = torch.softmax(logits, dim=-1)
+            entropies += (-(p * p.log()).sum(-1)).tolist()
+    assert statistics["logit_spread"] == pytest.approx(sum(spreads) / len(spreads), rel=1e-5)
+    assert statistics["entropy"] == pytest.approx(sum(entropies) / len(entropies), rel=1e-5)
+    assert statistics["logit_gradient"] > 0

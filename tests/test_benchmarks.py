@@ -52,6 +52,22 @@ def test_training_flops_count_the_head_where_a_label_is_scored(family):
     assert expected < load_compare().training_flops(model.config, batch=2, length=12)
 
 
+def test_the_decoding_layout_benchmark_runs_and_leaves_the_standard_layout():
+    script = os.path.join(os.path.dirname(COMPARE), "decoding_layout.py")
+    arguments = ["--d-model", "64", "--layers", "1", "--vocab", "97", "--new-tokens", "4", "--repeats", "1"]
+    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "decoding_layout" in result.stdout and "restore" in result.stdout
+
+
+def test_the_attention_scores_benchmark_runs_every_score():
+    script = os.path.join(os.path.dirname(COMPARE), "attention_scores.py")
+    result = subprocess.run([sys.executable, script, "--lengths", "16", "--repeats", "1"], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert all(f"| 16 | {name} |" in result.stdout for name in ("dot product, sdpa", "dot product, eager", "additive"))
+
+
 def test_the_single_row_benchmark_runs_and_prints_every_product():
     script = os.path.join(os.path.dirname(COMPARE), "single_row_products.py")
     arguments = ["--d-model", "32", "--d-ff", "64", "--vocab", "97", "--megabytes", "1", "--repeats", "1"]

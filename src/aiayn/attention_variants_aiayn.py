@@ -13,6 +13,7 @@ modeling code (and, through its imports, every variant).
 
 from torch import nn
 
+from .additive_attention_aiayn import AdditiveScore
 from .attention_aiayn import AttentionPattern, DotProductScore, FullAttention
 from .configuration_aiayn import AiaynConfig
 from .local_attention_aiayn import SlidingWindowAttention
@@ -23,6 +24,7 @@ ATTENTION_PATTERNS: dict[str, type[AttentionPattern]] = {
 }
 ATTENTION_SCORES: dict[str, type[nn.Module]] = {
     "dot_product": DotProductScore,
+    "additive": AdditiveScore,
 }
 
 

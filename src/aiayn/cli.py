@@ -193,10 +193,15 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
-    from .experiments.ablation import ROWS
+    from .experiments.ablation import ROWS, TABLE_3_ROWS
 
     parser.add_argument("--out", default="runs/ablate", help="folder for the runs, the table, the JSON and the plot")
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+    parser.add_argument(
+        "--rows", nargs="+", default=list(TABLE_3_ROWS), choices=ROWS,
+        help="Table 3's rows A-E (the default), and S: unscaled dot products, scaled dot products and additive "
+        "attention scores at d_k 32, 64, 128 and 256 (one head), with the attention logits' spread, entropy and "
+        "gradient at initialisation and after training (section 3.2.1)",
+    )  # fmt: skip
     parser.add_argument("--budget", default="60", help="per run: seconds ('60', '60s') or steps ('500steps')")
     parser.add_argument("--seeds", type=int, default=1, help="runs per variant, with seeds 0, 1, ...")
     parser.add_argument("--eval-samples", type=int, default=300, help="validation verses scored")

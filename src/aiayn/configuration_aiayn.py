@@ -24,7 +24,7 @@ NormType = Literal["layernorm", "rmsnorm"]
 # the config's `custom_pipelines` (see `AiaynSeq2SeqConfig`).
 PIPELINES_REGISTERED_ON_IMPORT = __name__.startswith("aiayn.")
 # How a query scores a key (`attention_variants_aiayn.ATTENTION_SCORES`).
-AttentionScore = Literal["dot_product"]
+AttentionScore = Literal["dot_product", "additive"]
 BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 GATED_PREFIX = "gated-"
@@ -94,7 +94,9 @@ class AiaynConfig(PreTrainedConfig):
     Attention (`attention_variants_aiayn` lists the patterns and scores these fields choose):
         scale_attention: multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
             turns it off.
-        attention_score: how a query scores a key: `"dot_product"`, eq. (1).
+        attention_score: how a query scores a key: `"dot_product"`, eq. (1) (`scale_attention` applies to it), or
+            `"additive"`, Bahdanau's `v^T tanh(q + k)` per head with a learned `v` of size d_k, the alternative
+            section 3.2.1 weighs (`additive_attention_aiayn`; with attn_implementation "eager" or "sdpa").
         sliding_window: local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
             semantics): a causal position attends to the `sliding_window` most recent positions, itself included
             (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side (Longformer's

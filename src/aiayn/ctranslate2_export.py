@@ -62,6 +62,8 @@ def unsupported_options(config) -> list[str]:
             f"sliding_window={config.sliding_window}: the engine's window (Mistral's) bounds a decoder's cache and "
             "is not applied to encoders or to the first pass over a prompt as aiayn's masks apply it"
         )
+    if config.attention_score != "dot_product":
+        refused.append(f"attention_score={config.attention_score!r}: the engine computes dot-product attention only")
     if config.position_embedding_type == "relative" and family == "decoder":
         refused.append(
             "position_embedding_type='relative' in a decoder-only model: the engine's Generator reads a prompt "

@@ -268,6 +268,8 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
             init.normal_(module.weight, mean=0.0, std=config.d_model**-0.5)
         else:
             super()._init_weights(module)
+        if hasattr(module, "initialize_parameters"):  # an attention variant's own parameters (additive scores' v)
+            module.initialize_parameters(config.initializer_range)
         # Non-persistent buffers are not in the checkpoint: rebuild them after from_pretrained.
         if isinstance(module, AiaynSinusoidalPositionEmbedding):
             init.copy_(module.inv_freq, inverse_frequencies(module.d_model, 10000.0))

@@ -11,6 +11,10 @@ newstest2013 (the paper's perplexity is per word-piece of its own vocabulary).
 The base row is the paper's base model with widths divided by 4 and depth by 2: d_model 128, d_ff 512, h 8,
 d_k = d_v = 16, N = 3. Each variation of Table 3 is applied to that base the same way (row A keeps
 h * d_k = d_model, so compute stays constant; d_k in row B sets d_v too, as aiayn's heads have one size).
+
+Row S is not Table 3's: section 3.2.1's comparison of unscaled dot products, scaled dot products and additive scores
+at d_k = 32 to 256, with the statistics of the attention logits behind it (`attention_scores`). It runs when asked
+(`--rows S`), best with a budget of steps, since additive scores cost far more time per step.
 """
 
 import contextlib
@@ -32,6 +36,7 @@ from ..data import load_corpus
 from ..positions_aiayn import AiaynSinusoidalPositionEmbedding
 from ..tokenization import train_tokenizer
 from ..training import DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate
+from .attention_scores import attention_statistics, mechanism_plot, mechanism_table, score_variants
 
 MAX_PAIR_TOKENS = 28  # verses of up to 28 tokens a side: a third of the corpus, learnt from in minutes
 MARIAN_POSITIONS = 512
@@ -48,7 +53,7 @@ class Variant:
     name: str
     config: dict = field(default_factory=dict)
     label_smoothing: float = 0.1
-    paper: tuple[float, float, float | None] = (4.92, 25.8, 65)
+    paper: tuple[float, float, float | None] | None = (4.92, 25.8, 65)
 
 
 VARIANTS = (
@@ -70,8 +75,10 @@ VARIANTS = (
     Variant("D", "eps_ls=0.0", label_smoothing=0.0, paper=(4.67, 25.3, None)),
     Variant("D", "eps_ls=0.2", label_smoothing=0.2, paper=(5.47, 25.7, None)),
     Variant("E", "learned positions", {"position_embedding_type": "learned"}, paper=(4.92, 25.7, None)),
+    *score_variants(Variant),
 )
-ROWS = ("A", "B", "C", "D", "E")
+TABLE_3_ROWS = ("A", "B", "C", "D", "E")
+ROWS = (*TABLE_3_ROWS, "S")
 
 
 @dataclass(frozen=True)
@@ -207,12 +214,12 @@ def ablation_table(results: list[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for result in results:
         runs = result["runs"]
-        paper_ppl, paper_bleu, paper_params = result["paper"]
+        paper_ppl, paper_bleu, paper_params = result["paper"] or (None, None, None)
         cells = (
             result["row"], result["variant"], f"{runs[0]['parameters'] / 1e6:.2f}M",
             spread([run["steps"] for run in runs], 0), spread([run["perplexity"] for run in runs], 2),
-            spread([run["bleu"] for run in runs], 2), f"{paper_ppl:.2f}", f"{paper_bleu:.1f}",
-            f"{paper_params}M" if paper_params else "",
+            spread([run["bleu"] for run in runs], 2), f"{paper_ppl:.2f}" if paper_ppl else "",
+            f"{paper_bleu:.1f}" if paper_bleu else "", f"{paper_params}M" if paper_params else "",
         )  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -240,11 +247,12 @@ def ablation_plot(path: str, results: list[dict]) -> str:
     return _save(figure, path)
 
 
-def ablate(out: str, rows: tuple[str, ...] = ROWS, budget: Budget = Budget(seconds=60), seeds: int = 1,
+def ablate(out: str, rows: tuple[str, ...] = TABLE_3_ROWS, budget: Budget = Budget(seconds=60), seeds: int = 1,
            eval_samples: int = 300, train_samples: int | None = None, vocab_size: int = 2000,
            use_cpu: bool = False) -> list[dict]:  # fmt: skip
-    """Trains the base row and `rows` of Table 3 with `seeds` seeds each; writes `ablation.json`, `ablation.md` and
-    `ablation.png` (with the `plot` extra) to `out` and returns the results."""
+    """Trains the base row and `rows` of Table 3 (and row S, the attention scores) with `seeds` seeds each; writes
+    `ablation.json`, `ablation.md` and `ablation.png` (with row S also `attention_scores.png`; plots with the `plot`
+    extra) to `out` and returns the results."""
     os.makedirs(out, exist_ok=True)
     datasets.disable_progress_bars()
     tokenizer = shared_tokenizer(out, vocab_size, train_samples)
@@ -258,17 +266,26 @@ def ablate(out: str, rows: tuple[str, ...] = ROWS, budget: Budget = Budget(secon
             folder, samples = os.path.join(out, "runs", name), (train_samples, eval_samples)
             trainer = aiayn_trainer(variant.config, variant.label_smoothing, budget, seed, tokenizer, folder, samples,
                                     use_cpu)  # fmt: skip
+            if variant.row == "S":  # one fixed batch of validation verses, before and after training
+                batch = trainer._prepare_inputs(next(iter(trainer.get_eval_dataloader())))
+                at_init = attention_statistics(trainer.model, batch)
             runs.append(train_and_evaluate(trainer, budget, label))
+            if variant.row == "S":
+                runs[-1].update(at_init=at_init, trained=attention_statistics(trainer.model, batch))
             tqdm.write(f"{label}: {runs[-1]}")
         results.append({"row": variant.row, "variant": variant.name, "config": variant.config,
                         "label_smoothing": variant.label_smoothing, "paper": variant.paper, "runs": runs})  # fmt: skip
     table = ablation_table(results)
+    if "S" in rows:
+        table += "\n\nAttention logits (row S), on one batch of validation verses:\n\n" + mechanism_table(results)
     with open(os.path.join(out, "ablation.json"), "w") as f:
         json.dump({"budget": str(budget), "seeds": seeds, "base": BASE, "results": results}, f, indent=2)
     with open(os.path.join(out, "ablation.md"), "w") as f:
         f.write(f"Budget {budget} per run, {seeds} seed(s), {eval_samples} validation verses.\n\n{table}\n")
     with contextlib.suppress(ImportError):  # without the `plot` extra, no plot
         ablation_plot(os.path.join(out, "ablation.png"), results)
+        if "S" in rows:
+            mechanism_plot(os.path.join(out, "attention_scores.png"), results)
     print(table)
     return results
 
