@@ -1,7 +1,9 @@
-"""Long inputs: time and peak memory of full attention against sliding windows, as the sequence grows.
+"""Long inputs: time and peak memory of full attention against sliding windows, BigBird's random blocks and
+Linformer, as the sequence grows.
 
 One model shape (by default an encoder of d_model 64, 4 heads, d_ff 256, 1 layer, vocabulary 1000, sinusoidal
-positions, sdpa attention, dropout off) with full attention and with each window, at each length, batch 1:
+positions, sdpa attention, dropout off) with full attention, with each window, with BigBird (a window, global first
+token, random blocks) and with Linformer (encoders), at each length, batch 1:
 
 - the inference forward (masked-LM logits), in seconds;
 - the training step (forward with labels, backward, AdamW step), in seconds: 15% of the tokens masked for the
@@ -11,13 +13,14 @@ positions, sdpa attention, dropout off) with full attention and with each window
   from run to run), each configuration in a fresh process; on GPUs `torch.cuda.max_memory_allocated`.
 
 Which computation each configuration takes is printed beside it: `full` (no window: sdpa without a mask), `masked`
-(a window through transformers' sliding-window mask, which scores every pair of positions), or `banded`
-(`aiayn.local_attention_aiayn.BandedAttention`: blocks of queries against the keys their window reaches), chosen by
-`BandGeometry.is_cheaper`, a rule over the shapes. The models of one length share their weights and run in one fresh
-process, their repeats interleaved (full, w1, w2, full, ...) so that a neighbour's load affects them alike; the table
-gives medians and each window's speed-up over full attention.
+(a window through transformers' sliding-window mask, which scores every pair of positions), `banded`
+(`aiayn.local_attention_aiayn.BandedAttention`: blocks of queries against the keys their window reaches, and the
+random blocks), chosen by `BandGeometry.is_cheaper`, a rule over the shapes, or `projected` (Linformer: every query
+against `linformer_k` rows). The models of one length share their weights and run in one fresh process, their
+repeats interleaved (full, w1, w2, ..., full, ...) so that a neighbour's load affects them alike; the table gives
+medians and each configuration's speed-up over full attention.
 
-    python benchmarks/long_inputs.py                                  # lengths 1024 4096 16384 32768, windows 256 512
+    python benchmarks/long_inputs.py     # lengths 1024 4096 16384; windows 256 512; BigBird 64 + 2; Linformer 64
     python benchmarks/long_inputs.py --lengths 16384 --windows 256 --no-train
     python benchmarks/long_inputs.py --family decoder --json results.json
 """
@@ -39,8 +42,22 @@ AUTO_CLASSES = {"encoder": transformers.AutoModelForMaskedLM, "decoder": transfo
 KINDS = ("forward", "train")
 
 
-def build(spec: dict, window: int | None) -> torch.nn.Module:
-    """The model of `spec` with `window` (None: full attention), from the same seed: the same weights for all."""
+def attentions(spec: dict) -> dict[str, dict]:
+    """Each configuration's label and config fields: full attention, each window, BigBird, Linformer (encoders)."""
+    configurations = {"full": {}}
+    configurations.update({f"window {window}": {"sliding_window": window} for window in spec["windows"]})
+    if spec["bigbird"]:
+        window, blocks = spec["bigbird"]
+        configurations[f"BigBird {window} + {blocks} random"] = {
+            "sliding_window": window, "attention_random_blocks": blocks,
+        }  # fmt: skip
+    if spec["linformer_k"] and spec["family"] == "encoder":
+        configurations[f"Linformer k={spec['linformer_k']}"] = {"linformer_k": spec["linformer_k"]}
+    return configurations
+
+
+def build(spec: dict, fields: dict) -> torch.nn.Module:
+    """The model of `spec` with the attention `fields`, from the same seed: the same weights for all."""
     config = aiayn.preset_config(
         {"encoder": "tiny-encoder", "decoder": "tiny-decoder"}[spec["family"]],
         vocab_size=1000,
@@ -53,17 +70,20 @@ def build(spec: dict, window: int | None) -> torch.nn.Module:
         dropout=0.0,
         attention_dropout=0.0,
         activation_dropout=0.0,
-        sliding_window=window,
+        **fields,
     )
     torch.manual_seed(0)
     model = AUTO_CLASSES[spec["family"]].from_config(config, attn_implementation="sdpa")
     return model.to(spec["device"])
 
 
-def path(spec: dict, window: int | None, length: int) -> str:
-    if window is None:
+def path(spec: dict, fields: dict, length: int) -> str:
+    if "linformer_k" in fields:
+        return "projected"
+    if "sliding_window" not in fields:
         return "full"
-    return "banded" if BandGeometry(window, spec["family"] == "decoder").is_cheaper(length) else "masked"
+    cheaper = BandGeometry(fields["sliding_window"], spec["family"] == "decoder").is_cheaper(length)
+    return "banded" if cheaper else "masked"
 
 
 class Workload:
@@ -101,7 +121,7 @@ class Workload:
 def measure_speed(spec: dict) -> dict:
     """Every attention of one length in this process, repeats interleaved; median seconds per call."""
     length = spec["length"]
-    models = {str(window): build(spec, window) for window in [None, *spec["windows"]]}
+    models = {label: build(spec, fields) for label, fields in attentions(spec).items()}
     workload = Workload(spec, length)
     times = {kind: {key: [] for key in models} for kind in spec["kinds"]}
     for kind in spec["kinds"]:
@@ -122,7 +142,7 @@ def measure_speed(spec: dict) -> dict:
 
 def measure_memory(spec: dict) -> dict:
     """One attention of one length in this process: peak MiB of each kind, after a warm-up call."""
-    model = build(spec, spec["window"])
+    model = build(spec, attentions(spec)[spec["attention"]])
     workload = Workload(spec, spec["length"])
     results = {}
     for kind in spec["kinds"]:
@@ -148,8 +168,11 @@ def worker(spec: dict):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=list(AUTO_CLASSES), default="encoder")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 4096, 16384, 32768])
+    parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 4096, 16384])
     parser.add_argument("--windows", nargs="+", type=int, default=[256, 512])
+    parser.add_argument("--bigbird", nargs=2, type=int, default=[64, 2], metavar=("WINDOW", "BLOCKS"),
+                        help="BigBird's window and random blocks (default 64 2; 0 0: none)")  # fmt: skip
+    parser.add_argument("--linformer-k", type=int, default=64, help="Linformer's k, encoders (default 64; 0: none)")
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=1)
@@ -168,6 +191,8 @@ def main():
         "family": args.family,
         "lengths": args.lengths,
         "windows": args.windows,
+        "bigbird": args.bigbird if all(args.bigbird) else None,
+        "linformer_k": args.linformer_k,
         "d_model": args.d_model,
         "heads": args.heads,
         "layers": args.layers,
@@ -188,21 +213,19 @@ def main():
     rows = []
     for length in args.lengths:
         speed = in_fresh_process({**spec, "mode": "speed", "length": length}, __file__)
-        for window in [None, *args.windows]:
-            key = str(window)
+        for label, fields in attentions(spec).items():
             memory = (
                 {}
                 if args.no_memory
-                else in_fresh_process({**spec, "mode": "memory", "length": length, "window": window}, __file__)
+                else in_fresh_process({**spec, "mode": "memory", "length": length, "attention": label}, __file__)
             )
-            row = {"length": length, "window": window, "path": path(spec, window, length)}
+            row = {"length": length, "attention": label, "path": path(spec, fields, length)}
             cells = []
             for kind in kinds:
-                seconds, speedup = speed[kind][key], speed[kind]["None"] / speed[kind][key]
+                seconds, speedup = speed[kind][label], speed[kind]["full"] / speed[kind][label]
                 row[kind] = {"seconds": seconds, "speedup": speedup, "peak_mib": memory.get(kind)}
                 peak = f"{memory[kind]:.1f}" if kind in memory else "-"
                 cells.append(f"{seconds:.3f} | {speedup:.2f} | {peak}")
-            label = "full" if window is None else f"window {window}"
             print(f"| {length} | {label} | {row['path']} | {' | '.join(cells)} |", flush=True)
             rows.append(row)
     if args.json:

@@ -130,9 +130,11 @@ def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
 
 
 def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
-    """Full attention, a window the bands serve at this length, and one they do not (the masked path)."""
+    """Full attention, a window the bands serve at this length, one they do not (the masked path), BigBird's random
+    blocks in bands, and Linformer's projection."""
     script = os.path.join(os.path.dirname(COMPARE), "long_inputs.py")
-    arguments = ["--lengths", "256", "--windows", "32", "128", "--d-model", "32", "--repeats", "1"]
+    arguments = ["--lengths", "256", "--windows", "32", "128", "--bigbird", "32", "2", "--linformer-k", "16",
+                 "--d-model", "32", "--repeats", "1"]  # fmt: skip
     result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("| 256 ")]
@@ -141,5 +143,7 @@ def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
         ["256", "full", "full"],
         ["256", "window 32", "banded"],
         ["256", "window 128", "masked"],
+        ["256", "BigBird 32 + 2 random", "banded"],
+        ["256", "Linformer k=16", "projected"],
     ]
     assert all(float(cell) > 0 for row in rows for cell in row[3:])

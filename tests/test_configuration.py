@@ -103,6 +103,7 @@ def test_no_config_class_overrides_the_validate_that_strict_defines():
     validators = {validator.__name__ for validator in AiaynSeq2SeqConfig.__class_validators__}
     assert validators == {
         "validate_architecture",
+        "validate_attention_pattern",
         "validate_generation_defaults",
         "validate_layer_type",
         "validate_output_attentions",

@@ -135,7 +135,7 @@ def test_banded_and_masked_attention_are_attention_through_a_dense_mask_from_the
     bias = AiaynRelativePositionBias(tiny_config("encoder", position_embedding_type="relative"), not is_causal)
     bias_of = bias.bias_of if relative else None
     band = BandedAttention(WINDOW, is_causal, 2, length, mask, global_marks, bias_of, torch.float32, "cpu")
-    masked = SlidingWindowAttention(config, is_causal).masked_attention(
+    masked = SlidingWindowAttention(config, is_causal, 1).masked_attention(
         torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], AttentionPatternInputs(global_marks),
         bias if relative else None,
     )  # fmt: skip
@@ -492,17 +492,18 @@ def test_a_windowed_classifier_folder_loads_without_aiayn_and_gives_the_same_out
     assert "exact" in result.stdout
 
 
-def test_the_long_inputs_comparison_trains_the_three_runs_and_saves_the_windowed_model(tmp_path):
-    """`aiayn long-inputs --quick`: full attention and the window on short blocks and, on long blocks, the window for
-    as many steps and full attention for as long; each scored at both lengths; the windowed folder loads with its
-    window."""
+def test_the_long_inputs_comparison_trains_the_runs_and_saves_the_windowed_model(tmp_path):
+    """`aiayn long-inputs --quick`: full attention and the window on short blocks and, on long blocks, the window and
+    BigBird's random blocks for as many steps and full attention for as long; each scored at both lengths; the
+    windowed folder loads with its window."""
     from aiayn.experiments.long_inputs import QUICK, main
 
     results = main(str(tmp_path), quick=True)
     short, long = f"full-{QUICK.short}", f"full-{QUICK.long}"
     window_short, window_long = (f"window-{QUICK.window}-{length}" for length in (QUICK.short, QUICK.long))
-    assert list(results) == [short, window_short, window_long, long]
-    assert {results[name]["steps"] for name in (short, window_short, window_long)} == {QUICK.steps}
+    bigbird = f"bigbird-{QUICK.window}+{QUICK.random_blocks}-{QUICK.long}"
+    assert list(results) == [short, window_short, window_long, bigbird, long]
+    assert {results[name]["steps"] for name in (short, window_short, window_long, bigbird)} == {QUICK.steps}
     assert results[long]["steps"] >= 1
     uniform = math.log(QUICK.vocab_size)
     assert all(0 < loss < uniform for result in results.values() for loss in result["eval"].values())

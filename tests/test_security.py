@@ -106,6 +106,8 @@ def test_a_hub_folder_holds_no_pickle_and_only_code_that_needs_nothing_but_torch
         "attention_aiayn.py",
         "attention_variants_aiayn.py",
         "additive_attention_aiayn.py",
+        "linformer_aiayn.py",
+        "bigbird_aiayn.py",
         "positions_aiayn.py",
         "heads_aiayn.py",
         "local_attention_aiayn.py",

@@ -59,9 +59,11 @@ class AdditiveScore(nn.Module):
     def __init__(self, config: AiaynConfig):
         super().__init__()
         self.v = nn.Parameter(torch.empty(config.num_heads, config.d_kv))
+        self.std = config.initializer_range
 
-    def initialize_parameters(self, std: float):
-        init.normal_(self.v, mean=0.0, std=std)
+    def initialize_parameters(self):
+        """`v` from a normal distribution of the config's `initializer_range`, as the projections."""
+        init.normal_(self.v, mean=0.0, std=self.std)
 
     def forward(
         self, module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs

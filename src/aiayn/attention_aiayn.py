@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, or_masks
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
@@ -150,14 +150,19 @@ class MaskedAttention:
 
 
 class AttentionPattern(nn.Module):
-    """Which keys each query sees: one per stack. `prepare` runs once per forward and returns what every layer's
-    attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
-    `MaskedAttention`. `config_field` is the config field whose value selects the pattern
-    (`attention_variants_aiayn.attention_pattern_class`)."""
+    """Which keys each query sees: one per stack of `num_layers` layers, which may hold parameters (per layer or
+    shared; `initialize_parameters()` initialises them). `prepare` runs once per forward and returns what every
+    layer's attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
+    `MaskedAttention` (`module.layer_idx` tells the layers apart). `config_field` is the config field whose value
+    selects the pattern; `causal` whether it serves causal stacks; `extends` the config field of a pattern it builds
+    on, which it then replaces (`attention_variants_aiayn.attention_pattern_class`).
+    """
 
     config_field: str | None = None
+    causal: bool = True
+    extends: str | None = None
 
-    def __init__(self, config: AiaynConfig, is_causal: bool):
+    def __init__(self, config: AiaynConfig, is_causal: bool, num_layers: int):
         super().__init__()
         self.config = config
         self.is_causal = is_causal
@@ -184,12 +189,22 @@ class FullAttention(AttentionPattern):
         )
 
     def masked_attention(
-        self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, **backend
+        self,
+        hidden_states,
+        attention_mask,
+        cache,
+        position_ids,
+        pattern_inputs,
+        relative_position_bias,
+        overlay: Callable | None = None,
+        **backend,
     ) -> MaskedAttention:
-        """Attention through this pattern's mask, with the relative position bias of queries at their positions over
-        the keys the cache holds added (flex attention takes it separately, indexed per batch row, as its mask is a
-        block mask)."""
-        mask = self.mask(hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias)
+        """Attention through this pattern's mask (with the pairs `overlay`, a `masking_utils` mask function, allows),
+        with the relative position bias of queries at their positions over the keys the cache holds added (flex
+        attention takes it separately, indexed per batch row, as its mask is a block mask)."""
+        mask = self.mask(
+            hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, overlay
+        )
         mask, fully_masked = open_fully_masked_queries(mask)
         if relative_position_bias is None:
             return MaskedAttention(mask, fully_masked, **backend)
@@ -208,15 +223,21 @@ class FullAttention(AttentionPattern):
             mask = mask.to(bias.dtype) + bias
         return MaskedAttention(mask, fully_masked, **backend)
 
-    def mask(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
+    def mask(
+        self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, overlay=None
+    ):
         """transformers' mask of the pattern, in the form the backend takes: causal (materialised where a position
-        bias is added to it), or bidirectional with the global tokens."""
+        bias is added to it), or bidirectional with the global tokens; with the pairs `overlay` allows."""
         common = {"config": self.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
         if self.is_causal:
             skip = relative_position_bias is None
-            return self.causal_mask(**common, cache=cache, position_ids=position_ids, allow_is_causal_skip=skip)
+            return self.causal_mask(
+                **common, cache=cache, position_ids=position_ids, allow_is_causal_skip=skip, or_mask_function=overlay
+            )
         global_attention_mask = pattern_inputs.global_attention_mask
-        overlay = global_tokens_overlay(global_attention_mask) if global_attention_mask is not None else None
+        if global_attention_mask is not None:
+            global_overlay = global_tokens_overlay(global_attention_mask)
+            overlay = global_overlay if overlay is None else or_masks(global_overlay, overlay)
         return self.bidirectional_mask(**common, or_mask_function=overlay)
 
     causal_mask = staticmethod(create_causal_mask)

@@ -104,6 +104,14 @@ class AiaynConfig(PreTrainedConfig):
             caches keep at most `sliding_window` keys and values per layer; encoders also take a
             `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
             block, at a cost linear in their length (`local_attention_aiayn`).
+        attention_random_blocks: BigBird's random attention (Zaheer et al., 2020) on top of `sliding_window` and
+            global tokens: each block of queries also attends to this many blocks of keys outside its window, drawn
+            per layer and per block from `attention_random_seed` (past blocks only in causal stacks); None: none.
+        attention_random_seed: the seed of those draws, saved with the config: the same model attends to the same
+            blocks in every process, in training and in evaluation.
+        linformer_k: Linformer (Wang et al., 2020) in bidirectional stacks: keys and values projected along the
+            sequence to `linformer_k` rows by a learned map over `max_position_embeddings` positions per layer
+            (`linformer_aiayn`); None: none. A seq2seq decoder attends fully; decoder-only models refuse it.
 
     Layers:
         norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
@@ -143,6 +151,9 @@ class AiaynConfig(PreTrainedConfig):
     scale_attention: bool = True
     attention_score: AttentionScore = "dot_product"
     sliding_window: int | None = positive(default=None)
+    attention_random_blocks: int | None = positive(default=None)
+    attention_random_seed: int = non_negative(default=0)
+    linformer_k: int | None = positive(default=None)
 
     norm_first: bool = False
     norm_type: NormType = "layernorm"
@@ -189,6 +200,19 @@ class AiaynConfig(PreTrainedConfig):
         if self.d_kv is None:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
+            )
+
+    def validate_attention_pattern(self):
+        """One attention pattern at a time; BigBird's random blocks extend a sliding window."""
+        if self.linformer_k is not None and self.sliding_window is not None:
+            raise ValueError(
+                f"linformer_k ({self.linformer_k}) and sliding_window ({self.sliding_window}) each choose an "
+                "attention pattern (Linformer's projection, a window); set one of them."
+            )
+        if self.attention_random_blocks is not None and self.sliding_window is None:
+            raise ValueError(
+                "attention_random_blocks adds BigBird's random blocks to a sliding window and global tokens: set "
+                "sliding_window too."
             )
 
     @property
@@ -270,7 +294,13 @@ class AiaynTextConfig(AiaynConfig):
             raise ValueError(f"sinusoidal positions pair sines and cosines: d_model must be even, got {self.d_model}.")
 
     def validate_position_options(self):
-        """The options of one position type are set with that type only."""
+        """The options of one position type are set with that type only; a relative bias needs the keys' positions,
+        which Linformer's projection mixes."""
+        if self.linformer_k is not None and self.position_embedding_type == "relative":
+            raise ValueError(
+                "position_embedding_type='relative' adds a bias for each key's distance to the query, and linformer_k "
+                "projects the keys along the sequence, mixing their positions: use another position type."
+            )
         options = {
             "relative_attention_num_buckets": "relative",
             "relative_attention_max_distance": "relative",
@@ -341,6 +371,15 @@ class AiaynDecoderConfig(AiaynGenerativeConfig):
     """GPT-style decoder-only models: a causal stack with a language-model head."""
 
     model_type = "aiayn_decoder"
+
+    def validate_attention_pattern(self):
+        """The shared patterns, and none that needs bidirectional attention."""
+        super().validate_attention_pattern()
+        if self.linformer_k is not None:
+            raise ValueError(
+                "linformer_k projects keys and values along the sequence, which mixes future positions into every "
+                "projected row: a causal decoder cannot take it (encoders and a seq2seq model's encoder can)."
+            )
 
 
 @strict
@@ -442,6 +481,12 @@ class AiaynVisionConfig(AiaynConfig):
     def grid_size(self) -> int:
         """Patches along each side of an image of `image_size`."""
         return self.image_size // self.patch_size
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """The length of the sequence the stack reads from an image of `image_size`: its patches, and the class
+        token (what Linformer's projection spans)."""
+        return self.grid_size**2 + (1 if self.pooling == "cls" else 0)
 
 
 FAMILY_CONFIGS = {

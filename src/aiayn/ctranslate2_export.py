@@ -62,6 +62,12 @@ def unsupported_options(config) -> list[str]:
             f"sliding_window={config.sliding_window}: the engine's window (Mistral's) bounds a decoder's cache and "
             "is not applied to encoders or to the first pass over a prompt as aiayn's masks apply it"
         )
+    if config.linformer_k is not None:
+        refused.append(f"linformer_k={config.linformer_k}: the engine attends to every key, not to projected rows")
+    if config.attention_random_blocks is not None:
+        refused.append(
+            f"attention_random_blocks={config.attention_random_blocks}: the engine has no random blocks of keys"
+        )
     if config.attention_score != "dot_product":
         refused.append(f"attention_score={config.attention_score!r}: the engine computes dot-product attention only")
     if config.position_embedding_type == "relative" and family == "decoder":

@@ -80,6 +80,8 @@ class BandedAttention:
 
     `position_bias` maps relative positions (key minus query) to a `(heads, ...)` bias, or is None. `fully_masked`
     flags the queries that may attend to no key, as `open_fully_masked_queries` does for materialised masks.
+    `random_blocks`, `(layers, blocks, count)` key-block indices (-1: none), adds to each block of queries, layer by
+    layer, the blocks of keys BigBird draws for it (`bigbird_aiayn`): each layer then has its own masks.
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class BandedAttention:
         position_bias: Callable[[torch.Tensor], torch.Tensor] | None,
         dtype: torch.dtype,
         device: torch.device,
+        random_blocks: torch.Tensor | None = None,
     ):
         geometry = BandGeometry(window, is_causal)
         self.geometry, self.length = geometry, length
@@ -104,7 +107,7 @@ class BandedAttention:
             padding = None
         if global_attention_mask is not None and not bool(global_attention_mask.any()):
             global_attention_mask = None  # no global token
-        self.fully_masked = self.global_positions = self.edge_blocks = None
+        self.fully_masked = self.global_positions = self.edge_blocks = self.random_keys = None
         # Block-relative coordinates: query i of block b is at b * block + i, its key j at b * block + j - before.
         self.query_offsets = torch.arange(geometry.block, device=device)
         self.key_offsets = torch.arange(geometry.keys, device=device) - geometry.before
@@ -118,10 +121,11 @@ class BandedAttention:
         # The blocks of each row whose band reaches past the row: the first ones, and the last ones (with one more
         # for a row that ends inside its last block).
         first, last = geometry.before // geometry.block, geometry.after // geometry.block + 1
-        if padding is None and global_attention_mask is None and self.num_blocks > first + last:
+        shared = padding is None and global_attention_mask is None and random_blocks is None
+        if shared and self.num_blocks > first + last:
             self._build_shared_masks(batch_size, first, last)
         else:
-            self._build_block_masks(batch_size, padding, global_attention_mask)
+            self._build_block_masks(batch_size, padding, global_attention_mask, random_blocks)
 
     def _band_bias(self) -> torch.Tensor | None:
         """The relative position bias of every block, `(heads, block, keys)`: relative positions do not depend on
@@ -145,10 +149,12 @@ class BandedAttention:
         self.edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(batch_size, 1, 1, 1)
         self.edge_blocks = (torch.arange(batch_size, device=device)[:, None] * self.num_blocks + edges).flatten()
 
-    def _build_block_masks(self, batch_size: int, padding: torch.Tensor | None, global_attention_mask):
-        """One mask per block, `(batch * blocks, heads or 1, block, keys)`: padding, global tokens."""
+    def _build_block_masks(self, batch_size: int, padding, global_attention_mask, random_blocks):
+        """One mask per block, `(batch * blocks, heads or 1, block, keys)`: padding, global tokens; with random blocks,
+        one such mask per layer (`random_keys`)."""
         geometry, length = self.geometry, self.length
         blocks = torch.arange(self.num_blocks, device=self.query_offsets.device)
+        queries = blocks[:, None] * geometry.block + self.query_offsets  # (blocks, block)
         allowed = self._band_allowed(blocks)[None]  # (1, blocks, block, keys)
         keys = (blocks[:, None, None] * geometry.block + self.key_offsets).clamp(0, length - 1)  # (blocks, 1, keys)
         if padding is not None:
@@ -156,8 +162,9 @@ class BandedAttention:
         real = padding if padding is not None else torch.ones(batch_size, length, dtype=torch.bool, device=keys.device)
         bias = self._band_bias()
         band_bias = bias[:, None, None] if bias is not None else None  # (heads, 1, 1, block, keys)
-        if global_attention_mask is not None:
-            is_global = global_attention_mask.bool()
+        is_global = global_attention_mask.bool() if global_attention_mask is not None else None
+        global_fully_masked = None
+        if is_global is not None:
             allowed = allowed & ~is_global[:, keys]  # global keys are scored in their own section
             count = int(is_global.sum(-1).max())
             order = torch.sort(is_global.to(torch.uint8), dim=-1, descending=True, stable=True).indices[:, :count]
@@ -167,21 +174,49 @@ class BandedAttention:
             shape = (batch_size, self.num_blocks, geometry.block, count)
             allowed = torch.cat((allowed.expand(batch_size, -1, -1, -1), global_keys.expand(shape)), dim=-1)
             if bias is not None:
-                queries = blocks[:, None] * geometry.block + self.query_offsets  # (blocks, block)
                 global_bias = self.position_bias(order[:, None, None, :] - queries[None, :, :, None])
                 band_bias = torch.cat((band_bias.expand(-1, batch_size, self.num_blocks, -1, -1), global_bias), -1)
             self.global_mask, global_fully_masked = self._global_rows(real, order)
             self.global_rows, self.global_slots = slots.nonzero(as_tuple=True)
+        if random_blocks is None:
+            self.mask, self.fully_masked = self._masks(allowed, band_bias, batch_size, global_fully_masked)
+            return
+        self.random_keys = []
+        for layer_blocks in random_blocks:  # (blocks, count): each layer's key blocks
+            positions = (layer_blocks.clamp(min=0)[:, :, None] * geometry.block + self.query_offsets).flatten(1)
+            drawn = (layer_blocks >= 0).repeat_interleave(geometry.block, dim=-1) & (positions < length)
+            positions = positions.clamp(max=length - 1)  # (blocks, count * block)
+            keys_allowed = drawn[None] & real[:, positions]
+            if is_global is not None:
+                keys_allowed = keys_allowed & ~is_global[:, positions]
+            shape = (batch_size, self.num_blocks, geometry.block, positions.shape[1])
+            layer_allowed = torch.cat(
+                (allowed.expand(batch_size, -1, -1, -1), keys_allowed[:, :, None].expand(shape)), -1
+            )
+            layer_bias = None
+            if bias is not None:
+                random_bias = self.position_bias(positions[:, None, :] - queries[:, :, None])[:, None]
+                layer_bias = torch.cat(
+                    (band_bias.expand(-1, batch_size, -1, -1, -1), random_bias.expand(-1, batch_size, -1, -1, -1)), -1
+                )
+            mask, fully_masked = self._masks(layer_allowed, layer_bias, batch_size, global_fully_masked)
+            self.random_keys.append((positions, mask, fully_masked))
+
+    def _masks(self, allowed, band_bias, batch_size: int, global_fully_masked):
+        """The additive masks of the blocks, `(batch * blocks, heads or 1, block, keys)`, with the fully masked
+        queries opened, and the flags of those queries (None when there are none)."""
+        length = self.length
         fully_masked = ~allowed.any(-1)  # (batch or 1, blocks, block)
         allowed = allowed | fully_masked[..., None]  # opened: every backend stays finite, gradients too
         mask = additive(allowed[:, :, None], band_bias.movedim(0, 2) if band_bias is not None else None, self.dtype)
-        self.mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)  # (batch * blocks, heads or 1, block, keys)
+        mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)  # (batch * blocks, heads or 1, block, keys)
         fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
         if self.global_positions is not None:
             columns = self.global_positions[self.global_rows, self.global_slots]
             fully_masked = fully_masked.index_put((self.global_rows, columns), global_fully_masked[self.global_rows])
         if torch.compiler.is_compiling() or bool(fully_masked.any()):
-            self.fully_masked = fully_masked[:, None, :, None]
+            return mask, fully_masked[:, None, :, None]
+        return mask, None
 
     def _global_rows(self, real: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The mask of the global queries at `positions`, which attend to every real key: `(batch, heads or 1,
@@ -204,27 +239,36 @@ class BandedAttention:
         batch, heads, _, dim = query.shape
         return self.rows(query).reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
 
-    def bands(self, states: torch.Tensor) -> torch.Tensor:
+    def bands(self, states: torch.Tensor, random_positions: torch.Tensor | None = None) -> torch.Tensor:
         """`(batch, heads, length, d)` keys or values as the band of each block, `(batch * blocks, heads, keys, d)`:
-        windows of one padded line of the rows (views of one copy), the global tokens' after them."""
+        windows of one padded line of the rows (views of one copy), the global tokens' after them, then the keys at
+        each block's `random_positions` `(blocks, count)`."""
         geometry = self.geometry
         batch, heads, _, dim = states.shape
-        line = F.pad(self.rows(states).flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
-        bands = line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)
-        if self.global_positions is None:
-            return bands
-        positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
-        gathered = states.gather(2, positions)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
-        return torch.cat((bands, gathered), dim=2)
+        rows = self.rows(states)
+        line = F.pad(rows.flatten(0, 1), (0, 0, 0, 0, geometry.before, geometry.after))
+        sections = [line.unfold(0, geometry.keys, geometry.block).permute(0, 1, 3, 2)]
+        if self.global_positions is not None:
+            positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
+            gathered = states.gather(2, positions)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
+            sections.append(gathered)
+        if random_positions is not None:  # (batch, blocks, count, heads, d) -> (batch * blocks, heads, count, d)
+            sections.append(rows[:, random_positions].flatten(0, 1).transpose(1, 2))
+        return torch.cat(sections, dim=2) if len(sections) > 1 else sections[0]
 
     def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, None]:
         """Attention of `(batch, heads, length, d)` queries over keys and values through `module.score` (the sdpa
         wrapper's signature), block by block. Returns the output `(batch, length, heads, d)`, as the attention
         interfaces do, and no weights; queries that may attend to no key get zero output."""
         batch, heads, length, dim = query.shape
-        blocks, key_bands, value_bands = self.blocks(query), self.bands(key), self.bands(value)
+        if self.random_keys is not None:
+            random_positions, mask, fully_masked = self.random_keys[module.layer_idx]
+        else:
+            random_positions, mask, fully_masked = None, self.mask, self.fully_masked
+        blocks = self.blocks(query)
+        key_bands, value_bands = self.bands(key, random_positions), self.bands(value, random_positions)
         # One mask for every block is passed as a view of every block's (sdpa's backward then holds no expanded copy).
-        mask = module.heads_of_this_rank(self.mask, heads).expand(len(blocks), -1, -1, -1)
+        mask = module.heads_of_this_rank(mask, heads).expand(len(blocks), -1, -1, -1)
         output = module.score(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
         if self.edge_blocks is not None:
             edges, edge_mask = self.edge_blocks, module.heads_of_this_rank(self.edge_mask, heads)
@@ -241,8 +285,8 @@ class BandedAttention:
             global_output = module.score(module, query.gather(2, positions), key, value, global_mask, **kwargs)[0]
             rows, slots = self.global_rows, self.global_slots
             output = output.index_put((rows, self.global_positions[rows, slots]), global_output[rows, slots])
-        if self.fully_masked is not None:
-            output = output.masked_fill(self.fully_masked.transpose(1, 2), 0.0)
+        if fully_masked is not None:
+            output = output.masked_fill(fully_masked.transpose(1, 2), 0.0)
         return output, None
 
 
@@ -275,9 +319,6 @@ class SlidingWindowAttention(FullAttention):
                 attention_dtype(hidden_states),
                 hidden_states.device,
             )
-        # The window in flash attention's terms, which the other backends ignore (their masks hold it): it spans
-        # `sliding_window - 1` keys on either side, so a bidirectional window of distance w is w + 1.
-        flash_window = window + (0 if self.is_causal else 1)
         return self.masked_attention(
             hidden_states,
             attention_mask,
@@ -285,8 +326,13 @@ class SlidingWindowAttention(FullAttention):
             position_ids,
             pattern_inputs,
             relative_position_bias,
-            sliding_window=flash_window,
+            sliding_window=self.flash_window(),
         )
+
+    def flash_window(self) -> int:
+        """The window in flash attention's terms, which the other backends ignore (their masks hold it): it spans
+        `sliding_window - 1` keys on either side, so a bidirectional window of distance w is w + 1."""
+        return self.config.sliding_window + (0 if self.is_causal else 1)
 
     def attends_in_bands(self, batch_size: int, length: int, cache, global_attention_mask) -> bool:
         if batch_size == 0 or self.config._attn_implementation != "sdpa":

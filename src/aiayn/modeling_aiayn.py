@@ -269,7 +269,7 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
         else:
             super()._init_weights(module)
         if hasattr(module, "initialize_parameters"):  # an attention variant's own parameters (additive scores' v)
-            module.initialize_parameters(config.initializer_range)
+            module.initialize_parameters()
         # Non-persistent buffers are not in the checkpoint: rebuild them after from_pretrained.
         if isinstance(module, AiaynSinusoidalPositionEmbedding):
             init.copy_(module.inv_freq, inverse_frequencies(module.d_model, 10000.0))
@@ -369,7 +369,7 @@ class AiaynStack(AiaynPreTrainedModel):
         relative = positions == "relative"
         self.relative_position_bias = AiaynRelativePositionBias(config, not is_causal) if relative else None
         self.rotary_embedding = AiaynRotaryEmbedding(config) if positions == "rotary" else None
-        self.attention_pattern = attention_pattern_class(config)(config, is_causal)
+        self.attention_pattern = attention_pattern_class(config, is_causal)(config, is_causal, num_layers)
         self.layers = nn.ModuleList(
             AiaynLayer(config, layer_idx, is_causal, has_cross_attention) for layer_idx in range(num_layers)
         )

@@ -9,7 +9,12 @@ follows the same schedule as one stopped after a number of steps):
 - `window-128-512`: a sliding window of 128 on the same blocks, for the same steps: what the window costs;
 - `window-128-16384`: the window on blocks of 16384 tokens, one a step, for the same steps (sdpa attends block by
   block: `aiayn.local_attention_aiayn.BandedAttention`);
+- `bigbird-128+2-16384`: the window with BigBird's random blocks (two a block of queries, `attention_random_blocks`)
+  on the same blocks, for the same steps;
 - `full-16384`: full attention on blocks of 16384 tokens, one a step, for as long as `window-128-16384` trained.
+
+(Linformer projects along the whole sequence and so cannot serve a causal language model; `benchmarks/long_inputs.py`
+measures its time and memory in an encoder.)
 
 Each model reads the same held-out plays (the `shakespeare` corpus's validation split) in blocks of 512 and of 16384
 tokens: validation loss and perplexity at both, beside the seconds a training step takes. The windowed model's
@@ -42,6 +47,7 @@ class Setting:
     short: int  # the block length full attention trains on
     long: int  # the block length the window and the second full-attention run train on
     window: int
+    random_blocks: int
     tokens_per_step: int
     steps: int
     learning_rate: float
@@ -54,6 +60,7 @@ FULL = Setting(
     short=512,
     long=16384,
     window=128,
+    random_blocks=2,
     tokens_per_step=16384,
     steps=120,
     learning_rate=2e-3,
@@ -72,19 +79,20 @@ QUICK = replace(
 )
 
 
-def overrides(setting: Setting, window: int | None) -> str:
+def overrides(setting: Setting, window: int | None, random_blocks: int | None = None) -> str:
     fields = f"{setting.architecture},position_embedding_type=rotary,max_position_embeddings={setting.long}"
     fields += ",dropout=0.0,attention_dropout=0.0,activation_dropout=0.0"
-    return fields + (f",sliding_window={window}" if window is not None else "")
+    fields += f",sliding_window={window}" if window is not None else ""
+    return fields + (f",attention_random_blocks={random_blocks}" if random_blocks is not None else "")
 
 
-def train(setting: Setting, name: str, length: int, window: int | None, budget: Budget, folder: str,
-          tokenizer: str | None) -> tuple[transformers.Trainer, float]:  # fmt: skip
+def train(setting: Setting, name: str, length: int, window: int | None, random_blocks: int | None, budget: Budget,
+          folder: str, tokenizer: str | None) -> tuple[transformers.Trainer, float]:  # fmt: skip
     """Trains one run on blocks of `length` tokens over `budget`; returns its trainer and the seconds training took
     (the data's preparation aside)."""
     model_args = ModelArguments(
         preset="tiny-decoder",
-        config_overrides=overrides(setting, window),
+        config_overrides=overrides(setting, window, random_blocks),
         vocab_size=setting.vocab_size,
         tokenizer_name=tokenizer,
         attn_implementation="sdpa",
@@ -137,18 +145,20 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
     setting = QUICK if quick else FULL
     windowed_long = f"window-{setting.window}-{setting.long}"
     runs = (
-        (f"full-{setting.short}", setting.short, None),
-        (f"window-{setting.window}-{setting.short}", setting.short, setting.window),
-        (windowed_long, setting.long, setting.window),
-        (f"full-{setting.long}", setting.long, None),
-    )
+        (f"full-{setting.short}", setting.short, None, None),
+        (f"window-{setting.window}-{setting.short}", setting.short, setting.window, None),
+        (windowed_long, setting.long, setting.window, None),
+        (f"bigbird-{setting.window}+{setting.random_blocks}-{setting.long}", setting.long, setting.window,
+         setting.random_blocks),
+        (f"full-{setting.long}", setting.long, None, None),
+    )  # fmt: skip
     results, tokenizer = {}, None
-    for name, length, window in runs:
+    for name, length, window, random_blocks in runs:
         # The last run trains for as long as the windowed one on long blocks did.
         seconds = results.get(windowed_long, {}).get("train_seconds")
         budget = Budget(seconds=seconds) if name == f"full-{setting.long}" else Budget(steps=setting.steps)
         folder = os.path.join(out, name)
-        trainer, train_seconds = train(setting, name, length, window, budget, folder, tokenizer)
+        trainer, train_seconds = train(setting, name, length, window, random_blocks, budget, folder, tokenizer)
         if tokenizer is None:  # the other runs read the first run's tokenizer
             tokenizer = os.path.join(out, "tokenizer")
             trainer.processing_class.save_pretrained(tokenizer)
@@ -161,6 +171,7 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
         results[name] = {
             "block": length,
             "window": window,
+            "random_blocks": random_blocks,
             "steps": steps,
             "train_seconds": train_seconds,
             "seconds_per_step": train_seconds / max(steps, 1),
