@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # letting pip pull a multi-GB CUDA build; elsewhere pip resolves torch as usual.
 LOCAL_CPU_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,12 +19,16 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo,plot
 	$(BIN)/aiayn demo --out runs/demo
 
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest
 
-lint: $(VENV)/.installed-dev,demo,plot
+lint: $(VENV)/.installed-dev,demo,plot,docs
 	$(BIN)/ruff check src tests scripts benchmarks
 	$(BIN)/ruff format --check src tests scripts benchmarks
 
+# The documentation site into site/ (--strict: a broken link or an unresolved reference fails the build).
+docs: $(VENV)/.installed-dev,demo,plot,docs
+	$(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .ruff_cache

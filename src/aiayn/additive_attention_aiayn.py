@@ -11,7 +11,7 @@ do not.
 The scores need the (queries x keys x d_k) sums per head, which the module computes a chunk of queries at a time
 (`CHUNK_BYTES` of them at most), recomputing each chunk in the backward rather than keeping it: memory grows with
 queries x keys, as for dot products in eager attention, not with queries x keys x d_k. Time grows with
-queries x keys x d_k tanh evaluations: far more than dot products cost (README: Attention scores).
+queries x keys x d_k tanh evaluations: far more than dot products cost (`benchmarks/attention_scores.py`).
 
 This module imports nothing but torch and transformers: `save_pretrained` copies it next to the weights with the
 modeling code.

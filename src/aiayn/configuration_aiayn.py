@@ -13,7 +13,8 @@ folder loads with `trust_remote_code=True` where aiayn is not installed.
 from typing import Literal
 
 from huggingface_hub.dataclasses import as_validated_field, strict
-from transformers import GenerationConfig, PreTrainedConfig
+from transformers import AutoConfig, GenerationConfig, PreTrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "none"]
 # Images: learned (ViT), the paper's sinusoids over the patch index, 2-D sinusoids (row and column), none.
@@ -368,13 +369,26 @@ class AiaynGenerativeConfig(AiaynTextConfig):
 
 @strict
 class AiaynDecoderConfig(AiaynGenerativeConfig):
-    """GPT-style decoder-only models: a causal stack with a language-model head."""
+    """GPT-style decoder-only models: a causal stack with a language-model head.
+
+    add_cross_attention: give every layer encoder-decoder attention (the seq2seq decoder's blocks, section 3.2.3), as
+        GPT-2's and BERT's field does: the model then reads `encoder_hidden_states`, as the decoder of transformers'
+        `EncoderDecoderModel` and `VisionEncoderDecoderModel` (which set it) does.
+    is_decoder: True, as transformers' wrappers set it: a GPT-style stack is causal.
+    """
 
     model_type = "aiayn_decoder"
+    add_cross_attention: bool = False
+    is_decoder: bool = True
 
     def validate_attention_pattern(self):
         """The shared patterns, and none that needs bidirectional attention."""
         super().validate_attention_pattern()
+        if not self.is_decoder:
+            raise ValueError(
+                "is_decoder=False asks for bidirectional attention, which a GPT-style decoder does not have: use "
+                "the encoder family (AiaynEncoderConfig) for a bidirectional stack."
+            )
         if self.linformer_k is not None:
             raise ValueError(
                 "linformer_k projects keys and values along the sequence, which mixes future positions into every "
@@ -495,6 +509,19 @@ FAMILY_CONFIGS = {
     "seq2seq": AiaynSeq2SeqConfig,
     "vision": AiaynVisionConfig,
 }
+
+
+def register_configs() -> None:
+    """Enters each family's config in transformers' table of model types (`AutoConfig`) unless one is there (the
+    installed aiayn's, which `import aiayn` registers, or another folder's copy): a folder's copy of this module,
+    loaded with `trust_remote_code=True` where aiayn is not installed, then lets transformers' composite models
+    (`EncoderDecoderModel`, `VisionEncoderDecoderModel`) build their aiayn parts' configs, as with aiayn imported."""
+    for config_class in FAMILY_CONFIGS.values():
+        if config_class.model_type not in CONFIG_MAPPING:
+            AutoConfig.register(config_class.model_type, config_class)
+
+
+register_configs()
 
 # The paper's models, value by value. Section 3.4: one token table for source and target, tied to the output
 # projection and scaled by sqrt(d_model); 3.5: sinusoidal positions; 3.1: post-LN residual blocks. Section 5.4 names

@@ -154,8 +154,6 @@ def _bert_classifier_head(state: StateDict) -> StateDict:
 def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> AiaynDecoderConfig:
     if config.scale_attn_by_inverse_layer_idx:
         raise ValueError("GPT-2 with scale_attn_by_inverse_layer_idx=True is not supported.")
-    if config.add_cross_attention:
-        raise ValueError("GPT-2 with cross-attention is not supported.")
     return preset_config(
         "gpt2-small",
         vocab_size=config.vocab_size,
@@ -168,6 +166,7 @@ def _gpt2_config(config: transformers.GPT2Config, lm_head_is_tied: bool) -> Aiay
         layer_norm_eps=config.layer_norm_epsilon,
         hidden_act=_activation(config.activation_function),
         tie_word_embeddings=lm_head_is_tied,
+        add_cross_attention=config.add_cross_attention,
         dropout=config.resid_pdrop,
         attention_dropout=config.attn_pdrop,
         classifier_dropout=config.summary_first_dropout,
@@ -189,6 +188,10 @@ def _gpt2_decoder(state: StateDict, config: AiaynConfig) -> StateDict:
         _copy_norm(out, state, f"{source}.ln_1", f"{target}.self_attn_norm")
         _copy_linear(out, state, [f"{source}.attn.c_attn"], f"{target}.self_attn.qkv_proj", transpose=True)
         _copy_linear(out, state, [f"{source}.attn.c_proj"], f"{target}.self_attn.o_proj", transpose=True)
+        if config.add_cross_attention:  # GPT-2's cross-attention: q_attn, c_attn (keys then values), c_proj
+            _copy_norm(out, state, f"{source}.ln_cross_attn", f"{target}.cross_attn_norm")
+            for part, name in (("q_proj", "q_attn"), ("kv_proj", "c_attn"), ("o_proj", "c_proj")):
+                _copy_linear(out, state, [f"{source}.crossattention.{name}"], f"{target}.cross_attn.{part}", True)
         _copy_norm(out, state, f"{source}.ln_2", f"{target}.ffn_norm")
         _copy_linear(out, state, [f"{source}.mlp.c_fc"], f"{target}.ffn.up_proj", transpose=True)
         _copy_linear(out, state, [f"{source}.mlp.c_proj"], f"{target}.ffn.down_proj", transpose=True)

@@ -143,7 +143,7 @@ class AiaynLayer(GradientCheckpointingLayer):
             **kwargs,
         )
         hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and encoder_hidden_states is not None:  # GPT-2's: no states, no cross-attention
             cross_attention_cache = cache if isinstance(cache, EncoderDecoderCache) else None
             attended, _ = self.cross_attn(
                 self._norm_input(hidden_states, self.cross_attn_norm),

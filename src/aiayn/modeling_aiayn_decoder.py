@@ -4,8 +4,8 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPast,
-    CausalLMOutputWithPast,
+    BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     SequenceClassifierOutputWithPast,
 )
 from transformers.processing_utils import Unpack
@@ -43,12 +43,15 @@ class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
 
 
 class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
-    """The causal decoder stack: every position attends to itself and the positions before it."""
+    """The causal decoder stack: every position attends to itself and the positions before it, and, with
+    `config.add_cross_attention`, to the states of an encoder (`encoder_hidden_states`)."""
 
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)
         embed_tokens = AiaynTokenEmbedding(config.vocab_size, config.d_model)
-        self.decoder = AiaynStack(config, embed_tokens, config.num_layers, is_causal=True)
+        self.decoder = AiaynStack(
+            config, embed_tokens, config.num_layers, is_causal=True, has_cross_attention=config.add_cross_attention
+        )
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -68,13 +71,20 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutputWithPast:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         r"""
         cache (`Cache`, *optional*):
-            Keys and values of earlier positions (`DynamicCache`, `StaticCache`); with `use_cache` one is created
-            and returned. Positions continue from its length, or from the 2D `attention_mask` when given.
+            Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention an
+            `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its length,
+            or from the 2D `attention_mask` when given.
+        encoder_hidden_states (`torch.Tensor` of shape `(batch_size, source_length, d_model)`, *optional*):
+            The states encoder-decoder attention reads (`config.add_cross_attention`; refused otherwise).
+        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
+            The padding mask of `encoder_hidden_states`.
         global_attention_mask (`torch.Tensor`, *optional*):
             Refused with a `ValueError`: global tokens attend to later positions, which a causal decoder does not.
         """
@@ -84,12 +94,16 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
             position_ids=position_ids,
             token_type_ids=token_type_ids,
             inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=use_cache,
             global_attention_mask=global_attention_mask,
             **kwargs,
         )
-        return BaseModelOutputWithPast(**carried_fields(outputs, BaseModelOutputWithPast))
+        return BaseModelOutputWithPastAndCrossAttentions(
+            **carried_fields(outputs, BaseModelOutputWithPastAndCrossAttentions)
+        )
 
 
 class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
@@ -120,8 +134,10 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         skip_logits: bool | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithCrossAttentions:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Usually the `input_ids`; the model shifts them, so position i is scored on token i + 1. -100 is ignored.
@@ -130,6 +146,8 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
         skip_logits (`bool`, *optional*):
             Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
             when training with labels; `False` returns the logits.
+        encoder_hidden_states, encoder_attention_mask (`torch.Tensor`, *optional*):
+            The states encoder-decoder attention reads and their padding mask (see `AiaynDecoderModel.forward`).
         """
         outputs = self.model(
             input_ids=input_ids,
@@ -139,12 +157,15 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
             inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             use_cache=use_cache,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
             **kwargs,
         )
         logits, loss = self.predict_tokens(
             outputs.last_hidden_state, labels, skip_logits, logits_to_keep=logits_to_keep, **kwargs
         )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, **carried_fields(outputs, CausalLMOutputWithPast))
+        output_class = CausalLMOutputWithCrossAttentions
+        return output_class(loss=loss, logits=logits, **carried_fields(outputs, output_class))
 
 
 class AiaynDecoderForSequenceClassification(AiaynDecoderPreTrainedModel, AiaynForSequenceClassification):

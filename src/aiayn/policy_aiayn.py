@@ -56,7 +56,8 @@ def check_stack_inputs(
     encoder_attention_mask: torch.Tensor | None,
 ):
     """Raises `ValueError` unless a stack gets exactly one of ids and embeddings (ids only where it has a token table),
-    ids inside the vocabulary (`IndexOutOfRangeError`) and padding masks shaped like the tokens they cover."""
+    ids inside the vocabulary (`IndexOutOfRangeError`), encoder states only where it has encoder-decoder attention, and
+    padding masks shaped like the tokens they cover."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("Specify exactly one of input_ids and inputs_embeds.")
     prefix = "decoder_" if stack.has_cross_attention else ""
@@ -64,6 +65,12 @@ def check_stack_inputs(
         raise ValueError("This stack has no token table: its inputs come embedded (inputs_embeds).")
     if input_ids is not None:
         check_token_ids(input_ids, stack.embeddings.embed_tokens.num_embeddings, f"{prefix}input_ids", "vocab_size")
+    if encoder_hidden_states is not None and not stack.has_cross_attention:
+        raise ValueError(
+            "encoder_hidden_states were given to a stack without encoder-decoder attention, which would ignore them: "
+            "build the decoder with add_cross_attention=True (AiaynDecoderConfig(add_cross_attention=True), as "
+            "EncoderDecoderModel.from_encoder_decoder_pretrained does), or use the seq2seq family."
+        )
     if torch.compiler.is_compiling():
         return
     (batch_size, seq_length), past_length = (
