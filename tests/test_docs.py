@@ -1,8 +1,8 @@
-"""The documentation site: it builds with `--strict`, and its examples run. Every Python block of every page runs
-here, the blocks of a page in order in one namespace, in a folder of their own (pages say where they shrink a model
-or a run to test sizes); every shell block of the tutorials and of the getting-started page runs in a shell, but for
-the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs `aiayn demo`, which
-`tests/test_demo.py` runs at `--quick` size; `pip install` is what the Makefile does)."""
+"""The documentation site: it builds with `--strict`, and its examples run. Every Python block of every page (and
+of README.md) runs here, the blocks of a page in order in one namespace, in a folder of their own (pages say where
+they shrink a model or a run to test sizes); every shell block of the tutorials and of the getting-started page runs
+in a shell, but for the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs
+`aiayn demo`, which `tests/test_demo.py` runs at `--quick` size; `pip install` is what the Makefile does)."""
 
 import os
 import re
@@ -25,11 +25,10 @@ def blocks(page: Path, language: str) -> list[str]:
 
 
 def pages_with(language: str, prefixes: tuple[str, ...] = ("",)) -> list[str]:
-    return sorted(
-        str(page.relative_to(DOCS))
-        for page in DOCS.rglob("*.md")
-        if blocks(page, language) and str(page.relative_to(DOCS)).startswith(prefixes)
-    )
+    """The pages with blocks of `language` (paths under docs/; `../README.md`, the front door, counts as a page)."""
+    pages = [*DOCS.rglob("*.md"), ROOT / "README.md"]
+    names = (os.path.relpath(page, DOCS) for page in pages)
+    return sorted(name for name in names if blocks(DOCS / name, language) and name.startswith(prefixes))
 
 
 @pytest.mark.parametrize("page", pages_with("python"))

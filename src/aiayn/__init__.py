@@ -8,7 +8,25 @@ transformers looks models up by class name are filled by the model classes thems
 folder's copied code fills them too.)
 """
 
+import logging
 import sys
+
+import torch
+
+
+class _CudaOnlyMessages(logging.Filter):
+    """Drops, on CPU builds of torch, what torchao logs when transformers imports it (wherever it is installed): the
+    kernels it cannot load because they link against torch's CUDA library, and torch's deprecation of its enums'
+    registration. Neither concerns a CPU user (docs/troubleshooting.md shows them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Failed to load") or "register_constant() on Enum subclasses" in message)
+
+
+if torch.version.cuda is None:
+    for _name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(_name).addFilter(_CudaOnlyMessages())
 
 import transformers
 from transformers.pipelines import PIPELINE_REGISTRY, REMOVED_TASKS
