@@ -46,7 +46,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,7 @@ import transformers
 
 import aiayn
 from aiayn.conversion import convert_from_hf
+from aiayn.experiments.machine import machine_description, matmul_throughput, synchronize
 
 SHAPES = {
     "512": {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "vocab": 32000},
@@ -217,47 +217,6 @@ def training_flops(config: aiayn.AiaynConfig, batch: int, length: int, scored: i
     cross_attention = 2 * length * d * 2 * inner + 2 * length * d * 2 * inner + 4 * length * length * inner
     stacks = config.num_layers * per_layer + config.num_decoder_layers * (per_layer + cross_attention)
     return 3 * (batch * stacks + 2 * scored * d * config.vocab_size)
-
-
-def synchronize(device: str):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_ceiling(device: str, seconds: float = 1.0) -> float:
-    """GFLOP/s of the products the training step is made of: on CPUs a float32 (4096 x 512) @ (512 x 2048) product
-    (a feed-forward layer), on GPUs a bfloat16 8192 x 8192 one."""
-    size = (4096, 512, 2048) if device == "cpu" else (8192, 8192, 8192)
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    x = torch.randn(size[0], size[1], device=device, dtype=dtype)
-    weight = torch.randn(size[2], size[1], device=device, dtype=dtype)
-    torch.matmul(x, weight.t())
-    synchronize(device)
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.matmul(x, weight.t())
-        count += 1
-        synchronize(device)
-    return 2 * size[0] * size[1] * size[2] * count / (time.perf_counter() - start) / 1e9
-
-
-def processor_name() -> str:
-    """The CPU's model name (`platform.processor()` is empty on Linux)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_description(device: str) -> str:
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
-    blas = "MKL" if torch.backends.mkl.is_available() else "another BLAS"
-    return f"{processor_name()}, {torch.backends.cpu.get_cpu_capability()}; products through {blas}"
 
 
 class Workload:
@@ -496,7 +455,7 @@ def main():
     tokens_per_step = args.tokens_per_step or (512 if quick else 2048)
     new_tokens = args.new_tokens or (16 if quick else 64)
     torch.set_num_threads(args.threads)
-    ceiling = matmul_ceiling(args.device)
+    ceiling = matmul_throughput(args.device)
     print(f"{machine_description(args.device)}; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"matmul ceiling ({args.device}, {args.threads} thread(s)): {ceiling:.0f} GFLOP/s")
     generate_header = " | ".join(f"{f'gen b{batch} tok/s a/ref':>20} {'ratio':>5}" for batch in GENERATE_BATCHES)
@@ -527,7 +486,7 @@ def main():
                 }
             rows.append(row)
             print(format_row(row), flush=True)
-    ceiling_after = matmul_ceiling(args.device)
+    ceiling_after = matmul_throughput(args.device)
     print(f"matmul ceiling after: {ceiling_after:.0f} GFLOP/s")
     if args.json:
         environment = {

@@ -37,13 +37,13 @@ import warnings
 import ctranslate2
 import torch
 import transformers
-from compare import processor_name
 from torch import nn
 from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
 from aiayn import preset_config
 from aiayn.conversion import convert_from_hf
 from aiayn.ctranslate2_export import ctranslate2_spec
+from aiayn.experiments.machine import processor_name
 
 TORCH_FORMS = {
     "aiayn float32": lambda model: model,

@@ -28,11 +28,11 @@ import warnings
 
 import torch
 import transformers
-from compare import processor_name
 from torch import nn
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
 
 from aiayn.conversion import convert_from_hf
+from aiayn.experiments.machine import processor_name
 
 
 def torchao(config_class):

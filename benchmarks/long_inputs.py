@@ -33,9 +33,10 @@ import time
 
 import torch
 import transformers
-from compare import in_fresh_process, machine_description, peak_allocated_mib, synchronize, tensor_mib
+from compare import in_fresh_process, peak_allocated_mib, tensor_mib
 
 import aiayn
+from aiayn.experiments.machine import machine_description, synchronize
 from aiayn.local_attention_aiayn import BandGeometry
 
 AUTO_CLASSES = {"encoder": transformers.AutoModelForMaskedLM, "decoder": transformers.AutoModelForCausalLM}

@@ -87,7 +87,7 @@ def test_linformer_is_attention_over_the_projected_real_keys_and_values():
     query, key, value = torch.randn(3, 3, 4, 40, 8).unbind(0)
     mask = torch.ones(3, 40, dtype=torch.long)
     mask[1, 25:], mask[2] = 0, 0
-    prepared = pattern.prepare(torch.zeros(3, 40, 32), mask, None, None, AttentionPatternInputs(), None)
+    prepared = pattern.prepare(AttentionPatternInputs(torch.zeros(3, 40, 32), mask))
     with torch.no_grad():
         output, _ = prepared.attend(module, query, key, value, scaling=8**-0.5)
         expected = torch.zeros(3, 40, 4, 8)
@@ -217,7 +217,7 @@ def test_random_blocks_in_bands_and_through_masks_are_attention_through_a_dense_
     eager_config = tiny_config("encoder", sliding_window=WINDOW, attention_random_blocks=2)
     eager_config._attn_implementation = "eager"
     through_masks = RandomBlocksAttention(eager_config, is_causal, 2).prepare(
-        torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], AttentionPatternInputs(global_marks), None
+        AttentionPatternInputs(torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], None, global_marks)
     )
     block = BandGeometry(WINDOW, is_causal).block
     for layer in (0, 1):

@@ -136,8 +136,8 @@ def test_banded_and_masked_attention_are_attention_through_a_dense_mask_from_the
     bias_of = bias.bias_of if relative else None
     band = BandedAttention(WINDOW, is_causal, 2, length, mask, global_marks, bias_of, torch.float32, "cpu")
     masked = SlidingWindowAttention(config, is_causal, 1).masked_attention(
-        torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], AttentionPatternInputs(global_marks),
-        bias if relative else None,
+        AttentionPatternInputs(torch.zeros(2, length, 32), mask, None, torch.arange(length)[None],
+                               bias if relative else None, global_marks)
     )  # fmt: skip
     module = AiaynSelfAttention(config, 0, is_causal, DotProductScore(config))
     with torch.no_grad():
@@ -364,7 +364,7 @@ def test_flex_attention_skips_the_blocks_outside_the_band():
     stack = model.model.encoder
     states = torch.zeros(1, 1024, 32)
     pattern = stack.attention_pattern
-    mask = pattern.mask(states, None, None, torch.arange(1024)[None], AttentionPatternInputs(), None)
+    mask = pattern.mask(AttentionPatternInputs(states, position_ids=torch.arange(1024)[None]))
     assert isinstance(mask, BlockMask)
     query_blocks, key_blocks = -(-1024 // mask.BLOCK_SIZE[0]), -(-1024 // mask.BLOCK_SIZE[1])
     computed = int(mask.kv_num_blocks.sum()) + int(mask.full_kv_num_blocks.sum())

@@ -8,7 +8,8 @@
   whose `attend` every layer calls (`MaskedAttention` here: attention through transformers' masks).
 
 `attention_variants_aiayn` registers the variants and picks them from the config; the stack, the layers and the heads
-name none. What a pattern reads besides the padding mask arrives in one `AttentionPatternInputs`.
+name none. What a pattern reads, the stack's inputs and a model's `global_attention_mask`, arrives in one
+`AttentionPatternInputs`.
 
 This module imports nothing but torch and transformers: `save_pretrained` copies it next to the weights with the
 modeling code.
@@ -114,14 +115,25 @@ def global_tokens_overlay(global_attention_mask: torch.Tensor) -> Callable:
 
 
 class AttentionPatternInputs:
-    """What attention patterns read from a model's inputs besides the padding mask, in one object from the model's
-    forward to the pattern.
+    """What a stack's attention pattern reads, once per forward, in one object: the layers' input `hidden_states`, the
+    padding `attention_mask`, the self-attention `cache`, the `position_ids`, the stack's `relative_position_bias`
+    (None without relative positions), and what a model's forward gives patterns besides:
 
     global_attention_mask: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every position and
         which every position attends to; bidirectional stacks only.
     """
 
-    def __init__(self, global_attention_mask: torch.Tensor | None = None):
+    def __init__(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        position_ids: torch.Tensor | None = None,
+        relative_position_bias: AiaynRelativePositionBias | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+    ):
+        self.hidden_states, self.attention_mask, self.cache = hidden_states, attention_mask, cache
+        self.position_ids, self.relative_position_bias = position_ids, relative_position_bias
         self.global_attention_mask = global_attention_mask
 
 
@@ -167,15 +179,7 @@ class AttentionPattern(nn.Module):
         self.config = config
         self.is_causal = is_causal
 
-    def prepare(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        cache: Cache | None,
-        position_ids: torch.Tensor,
-        pattern_inputs: AttentionPatternInputs,
-        relative_position_bias: AiaynRelativePositionBias | None,
-    ):
+    def prepare(self, inputs: AttentionPatternInputs):
         raise NotImplementedError
 
 
@@ -183,36 +187,22 @@ class FullAttention(AttentionPattern):
     """The paper's pattern: every query sees every key (bidirectional stacks) or every key up to its own (causal
     stacks), through transformers' masks (`masking_utils`), padding and global tokens included."""
 
-    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
-        return self.masked_attention(
-            hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias
-        )
+    def prepare(self, inputs: AttentionPatternInputs) -> MaskedAttention:
+        return self.masked_attention(inputs)
 
     def masked_attention(
-        self,
-        hidden_states,
-        attention_mask,
-        cache,
-        position_ids,
-        pattern_inputs,
-        relative_position_bias,
-        overlay: Callable | None = None,
-        **backend,
+        self, inputs: AttentionPatternInputs, overlay: Callable | None = None, **backend
     ) -> MaskedAttention:
         """Attention through this pattern's mask (with the pairs `overlay`, a `masking_utils` mask function, allows),
         with the relative position bias of queries at their positions over the keys the cache holds added (flex
         attention takes it separately, indexed per batch row, as its mask is a block mask)."""
-        mask = self.mask(
-            hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, overlay
-        )
-        mask, fully_masked = open_fully_masked_queries(mask)
-        if relative_position_bias is None:
+        mask, fully_masked = open_fully_masked_queries(self.mask(inputs, overlay))
+        if inputs.relative_position_bias is None:
             return MaskedAttention(mask, fully_masked, **backend)
-        batch_size, query_length = hidden_states.shape[:2]
+        cache, (batch_size, query_length) = inputs.cache, inputs.hidden_states.shape[:2]
         key_length, key_offset = cache.get_mask_sizes(query_length, 0) if cache is not None else (query_length, 0)
-        past_length = cached_length(cache)
-        bias = relative_position_bias(query_length, key_length, past_length, key_offset)
-        bias = bias.to(attention_dtype(hidden_states))
+        bias = inputs.relative_position_bias(query_length, key_length, cached_length(cache), key_offset)
+        bias = bias.to(attention_dtype(inputs.hidden_states))
         if "flex_attention" in self.config._attn_implementation:
             return MaskedAttention(mask, fully_masked, bias.expand(batch_size, -1, -1, -1), **backend)
         if mask is None:
@@ -223,20 +213,22 @@ class FullAttention(AttentionPattern):
             mask = mask.to(bias.dtype) + bias
         return MaskedAttention(mask, fully_masked, **backend)
 
-    def mask(
-        self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias, overlay=None
-    ):
+    def mask(self, inputs: AttentionPatternInputs, overlay: Callable | None = None):
         """transformers' mask of the pattern, in the form the backend takes: causal (materialised where a position
         bias is added to it), or bidirectional with the global tokens; with the pairs `overlay` allows."""
-        common = {"config": self.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
+        common = {
+            "config": self.config,
+            "inputs_embeds": inputs.hidden_states,
+            "attention_mask": inputs.attention_mask,
+        }
         if self.is_causal:
-            skip = relative_position_bias is None
+            skip = inputs.relative_position_bias is None
             return self.causal_mask(
-                **common, cache=cache, position_ids=position_ids, allow_is_causal_skip=skip, or_mask_function=overlay
-            )
-        global_attention_mask = pattern_inputs.global_attention_mask
-        if global_attention_mask is not None:
-            global_overlay = global_tokens_overlay(global_attention_mask)
+                **common, cache=inputs.cache, position_ids=inputs.position_ids, allow_is_causal_skip=skip,
+                or_mask_function=overlay,
+            )  # fmt: skip
+        if inputs.global_attention_mask is not None:
+            global_overlay = global_tokens_overlay(inputs.global_attention_mask)
             overlay = global_overlay if overlay is None else or_masks(global_overlay, overlay)
         return self.bidirectional_mask(**common, or_mask_function=overlay)
 
@@ -266,20 +258,21 @@ def prepare_attention_inputs(
     attention_mask: torch.Tensor | None,
     cache: Cache | None,
     position_ids: torch.Tensor,
-    pattern_inputs: AttentionPatternInputs,
+    global_attention_mask: torch.Tensor | None,
     encoder_hidden_states: torch.Tensor | None,
     encoder_attention_mask: torch.Tensor | None,
 ) -> tuple[AttentionInputs, AttentionInputs | None]:
     """What every layer of `stack` reads besides the states, for self-attention and, given encoder states, for
-    encoder-decoder attention: the stack's pattern prepared over the inputs (the relative position bias folded in),
-    the rotary tables, and the source's padding mask."""
-    check_global_attention_mask(
-        pattern_inputs.global_attention_mask, tuple(hidden_states.shape[:2]), stack.is_causal, stack.config
-    )
+    encoder-decoder attention: the stack's pattern prepared over the inputs (`AttentionPatternInputs`: the relative
+    position bias folded in, the global tokens), the rotary tables, and the source's padding mask."""
+    check_global_attention_mask(global_attention_mask, tuple(hidden_states.shape[:2]), stack.is_causal, stack.config)
     self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
     pattern = stack.attention_pattern.prepare(
-        hidden_states, attention_mask, self_attention_cache, position_ids, pattern_inputs, stack.relative_position_bias
-    )
+        AttentionPatternInputs(
+            hidden_states, attention_mask, self_attention_cache, position_ids, stack.relative_position_bias,
+            global_attention_mask,
+        )
+    )  # fmt: skip
     rotary = stack.rotary_embedding(position_ids, hidden_states.dtype) if stack.rotary_embedding is not None else None
     if encoder_hidden_states is None:
         return AttentionInputs(pattern, rotary), None

@@ -22,8 +22,7 @@ modeling code.
 import torch
 from transformers.cache_utils import Cache
 
-from .attention_aiayn import attention_dtype
-from .local_attention_aiayn import BandedAttention, BandGeometry, SlidingWindowAttention
+from .local_attention_aiayn import BandGeometry, SlidingWindowAttention
 
 # The hash's modulus, a prime below 2^31: every product of two residues fits in int64, so the arithmetic is exact on
 # every backend (an ONNX runtime's too).
@@ -84,8 +83,9 @@ class RandomBlocksAttention(SlidingWindowAttention):
             ]  # fmt: skip
         )
 
-    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
-        batch_size, length = hidden_states.shape[:2]
+    def prepare(self, inputs):
+        batch_size, length = inputs.hidden_states.shape[:2]
+        cache = inputs.cache
         if cache is not None and (
             not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
         ):
@@ -93,31 +93,16 @@ class RandomBlocksAttention(SlidingWindowAttention):
                 "attention_random_blocks attends to blocks of earlier keys that a decoding cache, which keeps the "
                 "window's keys only, no longer holds: decode with generate(..., use_cache=False)."
             )
-        blocks = self.key_blocks(length, hidden_states.device)
-        global_attention_mask = pattern_inputs.global_attention_mask
-        if self.attends_in_bands(batch_size, length, cache, global_attention_mask):
-            bias = relative_position_bias.bias_of if relative_position_bias is not None else None
-            return BandedAttention(
-                self.config.sliding_window, self.is_causal, batch_size, length, attention_mask,
-                global_attention_mask, bias, attention_dtype(hidden_states), hidden_states.device, blocks,
-            )  # fmt: skip
+        blocks = self.key_blocks(length, inputs.hidden_states.device)
+        if self.attends_in_bands(batch_size, length, cache, inputs.global_attention_mask):
+            return self.banded_attention(inputs, blocks)
         block = BandGeometry(self.config.sliding_window, self.is_causal).block
         layers = []
         for layer_blocks in blocks:
             table = torch.zeros(len(layer_blocks), len(layer_blocks) + 1, dtype=torch.bool, device=blocks.device)
             table.scatter_(1, layer_blocks.masked_fill(layer_blocks < 0, len(layer_blocks)), True)
-            layers.append(
-                self.masked_attention(
-                    hidden_states,
-                    attention_mask,
-                    cache,
-                    position_ids,
-                    pattern_inputs,
-                    relative_position_bias,
-                    random_blocks_overlay(table[:, :-1], block),
-                    sliding_window=self.flash_window(),
-                )  # fmt: skip
-            )
+            overlay = random_blocks_overlay(table[:, :-1], block)
+            layers.append(self.masked_attention(inputs, overlay, sliding_window=self.flash_window()))
         return LayerByLayer(layers)
 
 

@@ -251,7 +251,7 @@ COMMANDS = {
     ),
     "presets": Command("list the preset configurations with their sizes", _no_arguments, print_presets),
     "convert": Command(
-        "convert a BERT, GPT-2, T5 or BART folder saved by transformers into an aiayn folder",
+        "convert a BERT, GPT-2, T5, BART or ViT folder saved by transformers into an aiayn folder",
         _convert_arguments, convert,
     ),
     "export": Command(

@@ -39,17 +39,17 @@ class LinformerAttention(AttentionPattern):
         projected rows keep the keys' scale."""
         init.normal_(self.projections, mean=0.0, std=(self.projections.shape[1] + self.max_positions) ** -0.5)
 
-    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
-        length = hidden_states.shape[1]
+    def prepare(self, inputs):
+        length = inputs.hidden_states.shape[1]
         if not torch.compiler.is_compiling() and length > self.max_positions:
             raise IndexOutOfRangeError(
                 f"The sequence is {length} tokens long; Linformer projects keys and values along "
                 f"max_position_embeddings={self.max_positions} positions. Truncate the input, or build the model with "
                 "more positions."
             )
-        if pattern_inputs.global_attention_mask is not None:
+        if inputs.global_attention_mask is not None:
             raise ValueError("linformer_k attends to projected rows, not tokens: it takes no global_attention_mask.")
-        return ProjectedAttention(self, attention_mask, length)
+        return ProjectedAttention(self, inputs.attention_mask, length)
 
 
 class ProjectedAttention:

@@ -66,6 +66,50 @@ def additive(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtyp
     return torch.where(allowed, allowed_value, torch.finfo(dtype).min)
 
 
+def with_section(allowed, bias, section_allowed, section_bias, batch_size: int):
+    """The bands' `allowed` keys `(batch or 1, blocks, block, keys)` and their bias `(heads, batch or 1, blocks, block,
+    keys)` (or None), with a section of keys after them: `section_allowed` `(batch or 1, blocks or 1, block or 1,
+    extra)` and its bias `(heads, batch or 1, blocks, block, extra)`."""
+    _, blocks, block, _ = allowed.shape
+    shape = (batch_size, blocks, block, section_allowed.shape[-1])
+    allowed = torch.cat((allowed.expand(batch_size, -1, -1, -1), section_allowed.expand(shape)), dim=-1)
+    if bias is not None:
+        bias = torch.cat(
+            (bias.expand(-1, batch_size, blocks, -1, -1), section_bias.expand(-1, batch_size, -1, -1, -1)), dim=-1
+        )
+    return allowed, bias
+
+
+def opened_masks(allowed, bias, batch_size: int, length: int, dtype: torch.dtype, global_fix=None):
+    """The additive masks of the blocks, `(batch * blocks, heads or 1, block, keys)`, with the queries that may attend
+    to no key opened (every backend stays finite, gradients too), and the flags of those queries, `(batch, 1, length,
+    1)` (None when there are none). `global_fix` = (positions, rows, slots, fully masked) of the global queries, whose
+    own rows decide theirs."""
+    fully_masked = ~allowed.any(-1)  # (batch or 1, blocks, block)
+    allowed = allowed | fully_masked[..., None]
+    mask = additive(allowed[:, :, None], bias.movedim(0, 2) if bias is not None else None, dtype)
+    mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)
+    fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
+    if global_fix is not None:
+        positions, rows, slots, global_fully_masked = global_fix
+        fully_masked = fully_masked.index_put((rows, positions[rows, slots]), global_fully_masked[rows])
+    if torch.compiler.is_compiling() or bool(fully_masked.any()):
+        return mask, fully_masked[:, None, :, None]
+    return mask, None
+
+
+def global_rows_mask(real: torch.Tensor, positions: torch.Tensor, position_bias, dtype: torch.dtype):
+    """The mask of the global queries at `positions` `(batch, count)`, which attend to every real key: `(batch, heads
+    or 1, count, length)`, and whether each row has no real key at all."""
+    no_key = ~real.any(-1)
+    allowed = (real | no_key[:, None])[:, None, None, :]
+    bias = None
+    if position_bias is not None:
+        keys = torch.arange(real.shape[1], device=positions.device)
+        bias = position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
+    return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
+
+
 class BandedAttention:
     """Local attention computed block by block, for one sequence length, built once per forward and shared by the
     layers of a stack. Queries are cut into blocks (`BandGeometry`); each block attends to the band of keys its
@@ -163,71 +207,36 @@ class BandedAttention:
         bias = self._band_bias()
         band_bias = bias[:, None, None] if bias is not None else None  # (heads, 1, 1, block, keys)
         is_global = global_attention_mask.bool() if global_attention_mask is not None else None
-        global_fully_masked = None
         if is_global is not None:
             allowed = allowed & ~is_global[:, keys]  # global keys are scored in their own section
             count = int(is_global.sum(-1).max())
             order = torch.sort(is_global.to(torch.uint8), dim=-1, descending=True, stable=True).indices[:, :count]
             self.global_positions = order  # (batch, count): each row's global tokens, then filler
             slots = is_global.gather(1, order)  # which of them are global tokens
-            global_keys = (slots & real.gather(1, order))[:, None, None, :]
-            shape = (batch_size, self.num_blocks, geometry.block, count)
-            allowed = torch.cat((allowed.expand(batch_size, -1, -1, -1), global_keys.expand(shape)), dim=-1)
-            if bias is not None:
-                global_bias = self.position_bias(order[:, None, None, :] - queries[None, :, :, None])
-                band_bias = torch.cat((band_bias.expand(-1, batch_size, self.num_blocks, -1, -1), global_bias), -1)
-            self.global_mask, global_fully_masked = self._global_rows(real, order)
+            global_bias = (
+                self.position_bias(order[:, None, None, :] - queries[None, :, :, None]) if bias is not None else None
+            )
+            section = (slots & real.gather(1, order))[:, None, None, :]
+            allowed, band_bias = with_section(allowed, band_bias, section, global_bias, batch_size)
+            self.global_mask, global_fully_masked = global_rows_mask(real, order, self.position_bias, self.dtype)
             self.global_rows, self.global_slots = slots.nonzero(as_tuple=True)
+            global_fix = (order, self.global_rows, self.global_slots, global_fully_masked)
+        else:
+            global_fix = None
         if random_blocks is None:
-            self.mask, self.fully_masked = self._masks(allowed, band_bias, batch_size, global_fully_masked)
+            self.mask, self.fully_masked = opened_masks(allowed, band_bias, batch_size, length, self.dtype, global_fix)
             return
         self.random_keys = []
         for layer_blocks in random_blocks:  # (blocks, count): each layer's key blocks
             positions = (layer_blocks.clamp(min=0)[:, :, None] * geometry.block + self.query_offsets).flatten(1)
             drawn = (layer_blocks >= 0).repeat_interleave(geometry.block, dim=-1) & (positions < length)
             positions = positions.clamp(max=length - 1)  # (blocks, count * block)
-            keys_allowed = drawn[None] & real[:, positions]
-            if is_global is not None:
-                keys_allowed = keys_allowed & ~is_global[:, positions]
-            shape = (batch_size, self.num_blocks, geometry.block, positions.shape[1])
-            layer_allowed = torch.cat(
-                (allowed.expand(batch_size, -1, -1, -1), keys_allowed[:, :, None].expand(shape)), -1
+            section = drawn[None] & real[:, positions] & (~is_global[:, positions] if is_global is not None else True)
+            random_bias = (
+                self.position_bias(positions[:, None, :] - queries[:, :, None])[:, None] if bias is not None else None
             )
-            layer_bias = None
-            if bias is not None:
-                random_bias = self.position_bias(positions[:, None, :] - queries[:, :, None])[:, None]
-                layer_bias = torch.cat(
-                    (band_bias.expand(-1, batch_size, -1, -1, -1), random_bias.expand(-1, batch_size, -1, -1, -1)), -1
-                )
-            mask, fully_masked = self._masks(layer_allowed, layer_bias, batch_size, global_fully_masked)
-            self.random_keys.append((positions, mask, fully_masked))
-
-    def _masks(self, allowed, band_bias, batch_size: int, global_fully_masked):
-        """The additive masks of the blocks, `(batch * blocks, heads or 1, block, keys)`, with the fully masked
-        queries opened, and the flags of those queries (None when there are none)."""
-        length = self.length
-        fully_masked = ~allowed.any(-1)  # (batch or 1, blocks, block)
-        allowed = allowed | fully_masked[..., None]  # opened: every backend stays finite, gradients too
-        mask = additive(allowed[:, :, None], band_bias.movedim(0, 2) if band_bias is not None else None, self.dtype)
-        mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)  # (batch * blocks, heads or 1, block, keys)
-        fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
-        if self.global_positions is not None:
-            columns = self.global_positions[self.global_rows, self.global_slots]
-            fully_masked = fully_masked.index_put((self.global_rows, columns), global_fully_masked[self.global_rows])
-        if torch.compiler.is_compiling() or bool(fully_masked.any()):
-            return mask, fully_masked[:, None, :, None]
-        return mask, None
-
-    def _global_rows(self, real: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The mask of the global queries at `positions`, which attend to every real key: `(batch, heads or 1,
-        count, length)`, and whether each row has no real key at all."""
-        no_key = ~real.any(-1)
-        allowed = (real | no_key[:, None])[:, None, None, :]
-        bias = None
-        if self.position_bias is not None:
-            keys = torch.arange(self.length, device=positions.device)
-            bias = self.position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
-        return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, self.dtype), no_key
+            layer = with_section(allowed, band_bias, section[:, :, None], random_bias, batch_size)
+            self.random_keys.append((positions, *opened_masks(*layer, batch_size, length, self.dtype, global_fix)))
 
     def rows(self, states: torch.Tensor) -> torch.Tensor:
         """`(batch, heads, length, d)` states as `(batch, length padded to whole blocks, heads, d)`, a copy: sdpa's
@@ -302,32 +311,21 @@ class SlidingWindowAttention(FullAttention):
     causal_mask = staticmethod(create_sliding_window_causal_mask)
     bidirectional_mask = staticmethod(create_bidirectional_sliding_window_mask)
 
-    def prepare(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs, relative_position_bias):
-        window = self.config.sliding_window
-        batch_size, length = hidden_states.shape[:2]
-        global_attention_mask = pattern_inputs.global_attention_mask
-        if self.attends_in_bands(batch_size, length, cache, global_attention_mask):
-            bias = relative_position_bias.bias_of if relative_position_bias is not None else None
-            return BandedAttention(
-                window,
-                self.is_causal,
-                batch_size,
-                length,
-                attention_mask,
-                global_attention_mask,
-                bias,
-                attention_dtype(hidden_states),
-                hidden_states.device,
-            )
-        return self.masked_attention(
-            hidden_states,
-            attention_mask,
-            cache,
-            position_ids,
-            pattern_inputs,
-            relative_position_bias,
-            sliding_window=self.flash_window(),
-        )
+    def prepare(self, inputs):
+        batch_size, length = inputs.hidden_states.shape[:2]
+        if self.attends_in_bands(batch_size, length, inputs.cache, inputs.global_attention_mask):
+            return self.banded_attention(inputs)
+        return self.masked_attention(inputs, sliding_window=self.flash_window())
+
+    def banded_attention(self, inputs, random_blocks: torch.Tensor | None = None) -> BandedAttention:
+        """The inputs' attention block by block, with BigBird's `random_blocks` where given."""
+        batch_size, length = inputs.hidden_states.shape[:2]
+        bias = inputs.relative_position_bias.bias_of if inputs.relative_position_bias is not None else None
+        return BandedAttention(
+            self.config.sliding_window, self.is_causal, batch_size, length, inputs.attention_mask,
+            inputs.global_attention_mask, bias, attention_dtype(inputs.hidden_states), inputs.hidden_states.device,
+            random_blocks,
+        )  # fmt: skip
 
     def flash_window(self) -> int:
         """The window in flash attention's terms, which the other backends ignore (their masks hold it): it spans

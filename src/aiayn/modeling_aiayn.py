@@ -31,7 +31,6 @@ from .attention_aiayn import (
     AiaynCrossAttention,
     AiaynSelfAttention,
     AttentionInputs,
-    AttentionPatternInputs,
     cached_length,
     prepare_attention_inputs,
 )
@@ -414,17 +413,17 @@ class AiaynStack(AiaynPreTrainedModel):
         """
         cache = prepare_cache(self.config, cache, use_cache, self.is_causal, self.has_cross_attention)
         past_length = cached_length(cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache)
-        inputs = (input_ids, inputs_embeds, attention_mask, past_length, encoder_hidden_states, encoder_attention_mask)
-        check_stack_inputs(self, *inputs)
+        source = (encoder_hidden_states, encoder_attention_mask)
+        check_stack_inputs(self, input_ids, inputs_embeds, attention_mask, past_length, *source)
         if position_ids is None:
             tokens = input_ids if input_ids is not None else inputs_embeds
             position_ids = position_ids_from_mask(attention_mask, past_length, tokens.shape[1], tokens.device)
         hidden_states = inputs_embeds  # without a token table, the family embeds the inputs, positions included
         if self.embeddings is not None:
             hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
-        pattern_inputs = AttentionPatternInputs(global_attention_mask)
-        attention = prepare_attention_inputs(self, hidden_states, attention_mask, cache, position_ids, pattern_inputs,
-                                             encoder_hidden_states, encoder_attention_mask)  # fmt: skip
+        attention = prepare_attention_inputs(
+            self, hidden_states, attention_mask, cache, position_ids, global_attention_mask, *source
+        )
         for layer in self.layers:
             hidden_states = layer(hidden_states, encoder_hidden_states, *attention, cache, **kwargs)
         if self.final_norm is not None:

@@ -45,6 +45,7 @@ from .baselines import (
     median_pixel_error,
     unigram_cross_entropy,
 )
+from .machine import matmul_throughput, processor_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -468,6 +469,8 @@ def answers(run: Run) -> bool:
 def main(out: str, quick: bool = False) -> dict[str, dict]:
     torch.set_num_threads(os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    throughput = [matmul_throughput(device)]  # before and after: a neighbour's load moves it
     start = time.perf_counter()
     results = {}
     shows = {"causal-lm": show_gpt, "masked-lm": show_bert, "classification": show_classifier,
@@ -482,8 +485,20 @@ def main(out: str, quick: bool = False) -> dict[str, dict]:
         if run.task == "translation":
             metrics["ctranslate2"] = deploy_translation(folder, trainer, metrics["examples"])
         results[run.name] = metrics
+    seconds = time.perf_counter() - start
+    throughput.append(matmul_throughput(device))
+    machine = {"processor": processor_name(), "threads": torch.get_num_threads(), "seconds": round(seconds, 1),
+               "matmul_gflops": [round(value, 1) for value in throughput]}  # fmt: skip
     table = summary_table(results)
-    print(f"\n=== summary ({time.perf_counter() - start:.0f} s) ===\n{table}")
+    print(f"\n=== summary ({seconds:.0f} s) ===\n{table}")
+    print(
+        f"\n{machine['processor']}, {machine['threads']} threads: float32 products at {throughput[0]:.0f} GFLOP/s "
+        f"before the runs and {throughput[1]:.0f} after (a machine at half the rate takes about twice as long)"
+    )
+    print(f"Folders: {out}/<run> (each loads with the Auto classes); plots: {out}/<run>/*.png; the summary: "
+          f"{out}/summary.json; the results page: docs/results/demo.md")  # fmt: skip
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(results, f, indent=2)
+    with open(os.path.join(out, "machine.json"), "w") as f:
+        json.dump(machine, f, indent=2)
     return results
