@@ -20,7 +20,8 @@ import statistics
 import time
 
 import torch
-from compare import processor_name
+
+from aiayn.experiments.machine import processor_name
 
 
 def median_microseconds(products: dict, count: int, repeats: int) -> dict[str, float]:

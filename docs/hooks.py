@@ -11,7 +11,8 @@ def command_line_reference() -> str:
     subparsers = next(action for action in parser._actions if action.choices and isinstance(action.choices, dict))
     sections = [f"```text\n{parser.format_help()}```"]
     for name, command in COMMANDS.items():
-        sections.append(f"## `aiayn {name}`\n\n{command.help}.\n\n```text\n{subparsers.choices[name].format_help()}```")
+        usage = subparsers.choices[name].format_help()
+        sections.append(f"## `aiayn {name}`\n\n{command.help}.\n\n```text\n{usage}```")
     return "\n\n".join(sections)
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -192,3 +193,26 @@ def test_a_gpt2_with_cross_attention_converts_with_the_same_logits_given_the_sam
         expected = gpt2(ids, encoder_hidden_states=states, encoder_attention_mask=source_mask).logits
         logits = converted(ids, encoder_hidden_states=states, encoder_attention_mask=source_mask).logits
     torch.testing.assert_close(logits, expected, rtol=0, atol=2e-6)
+
+
+def test_from_encoder_decoder_pretrained_loads_both_checkpoints_and_starts_only_the_new_attention(tmp_path):
+    """transformers' warm start: the decoder folder loads with `add_cross_attention=True`, its own weights as saved,
+    and only the encoder-decoder attention (and its norm) newly initialised."""
+    torch.manual_seed(0)
+    masked_lm = aiayn.AiaynEncoderForMaskedLM(aiayn.preset_config("tiny-encoder", **SIZES))
+    causal_lm = aiayn.AiaynDecoderForCausalLM(aiayn.preset_config("tiny-decoder", **SIZES))
+    masked_lm.save_pretrained(tmp_path / "encoder")
+    causal_lm.save_pretrained(tmp_path / "decoder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new attention is expected, not a faulty checkpoint
+        model = transformers.EncoderDecoderModel.from_encoder_decoder_pretrained(
+            str(tmp_path / "encoder"), str(tmp_path / "decoder")
+        )
+    assert isinstance(model.encoder, aiayn.AiaynEncoderModel) and model.decoder.config.add_cross_attention
+    new = model.decoder.state_dict()
+    added = set(new) - set(causal_lm.state_dict())
+    assert added and all(".cross_attn" in name for name in added), added
+    for name, value in causal_lm.state_dict().items():
+        assert torch.equal(new[name], value), name
+    for name, value in masked_lm.model.state_dict().items():
+        assert torch.equal(model.encoder.state_dict()[name], value), name

@@ -470,7 +470,17 @@ class AiaynVisionConfig(AiaynConfig):
     attention_dropout: float | int = dropout_probability(default=0.0)
     activation_dropout: float | int = dropout_probability(default=0.0)
 
+    # Text fields that vision folders saved before the text config base carry; the image geometry now gives the
+    # sequence length (`max_position_embeddings`), and the others never applied to images.
+    TEXT_FIELDS_OF_EARLIER_FOLDERS = (
+        "vocab_size", "type_vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "max_position_embeddings",
+        "relative_attention_num_buckets", "relative_attention_max_distance", "rope_theta", "scale_embedding",
+        "scale_decoder_outputs", "embedding_norm", "tie_word_embeddings",
+    )  # fmt: skip
+
     def __post_init__(self, **kwargs):
+        for field_name in self.TEXT_FIELDS_OF_EARLIER_FOLDERS:
+            kwargs.pop(field_name, None)
         super().__post_init__(**kwargs)
         if self.encoder_stride is None:
             self.encoder_stride = self.patch_size

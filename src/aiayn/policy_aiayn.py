@@ -220,7 +220,9 @@ class AiaynCheckpointBase(PreTrainedModel):
           (`ignore_mismatched_sizes=True` re-initialises them instead);
         - a checkpoint that lacks weights of the model's stacks loads as in transformers (the missing weights are
           initialised and listed by `output_loading_info=True`), with a warning naming them: its layers are then
-          randomly initialised. New heads (a classifier, a pooler) may be missing without a warning, as usual.
+          randomly initialised. New heads (a classifier, a pooler) may be missing without a warning, as usual, and so
+          may the encoder-decoder attention of a decoder loaded with `add_cross_attention=True` from a checkpoint
+          saved without it (`EncoderDecoderModel.from_encoder_decoder_pretrained`'s warm start).
         """
         try:
             model, loading_info = super().from_pretrained(
@@ -256,7 +258,12 @@ class AiaynCheckpointBase(PreTrainedModel):
                 "ignore_mismatched_sizes=True to initialise these weights anew."
             )
         stacks = tuple(f"{name}." for name, module in model.named_modules() if is_stack(module))
-        missing = [f"{key} is missing" for key in sorted(loading_info["missing_keys"]) if key.startswith(stacks)]
+        missing_keys = sorted(loading_info["missing_keys"])
+        encoder_decoder_attention = [key for key in model.state_dict() if ".cross_attn" in key]
+        if getattr(model.config, "add_cross_attention", False) and set(encoder_decoder_attention) <= set(missing_keys):
+            # A warm start (`add_cross_attention=True` given to a decoder saved without it): that attention is new.
+            missing_keys = [key for key in missing_keys if ".cross_attn" not in key]
+        missing = [f"{key} is missing" for key in missing_keys if key.startswith(stacks)]
         if missing:
             warnings.warn(
                 f"{pretrained_model_name_or_path} does not hold all the weights of this {cls.__name__}: "

@@ -13,6 +13,7 @@ collator, its trainer class and its metrics.
 """
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class DataArguments:
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean corrupted span length."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only this many training examples."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only this many validation examples."})
+    tokenizer_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Train a new tokenizer on this many training examples, every k-th of the split (all when "
+                  "unset); the Unigram trainer's time grows with the text it reads."},
+    )  # fmt: skip
 
 
 def parse_overrides(text: str | None) -> dict:
@@ -163,6 +169,13 @@ def _select(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
     return dataset.select(range(min(count, len(dataset)))) if count is not None else dataset
 
 
+def _spread(dataset: datasets.Dataset, count: int | None) -> datasets.Dataset:
+    """At most `count` examples spread evenly over `dataset` (every k-th), or all of it."""
+    if count is None or count >= len(dataset):
+        return dataset
+    return dataset.select(range(0, len(dataset), math.ceil(len(dataset) / count)))
+
+
 def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: datasets.DatasetDict, data_args, **fields):
     """The tokenizer (saved, the model's, or trained on the training split) and the model (loaded, or built from the
     preset with the tokenizer's vocabulary and special tokens, the overrides and `fields`). Image tasks take an image
@@ -180,7 +193,7 @@ def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: data
     if tokenizer_source is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     else:
-        texts = _texts(corpus["train"], data_args, TASKS[task].reads_pairs)
+        texts = _texts(_spread(corpus["train"], data_args.tokenizer_train_samples), data_args, TASKS[task].reads_pairs)
         tokenizer = train_tokenizer(family, texts, model_args.vocab_size)
     overrides = parse_overrides(model_args.config_overrides)
     config = preset_config(model_args.preset, **{**config_token_fields(tokenizer, family), **overrides, **fields})
@@ -288,6 +301,10 @@ def _image_dataset(corpus, processor, model, data_args: DataArguments, keep_labe
         return processed
 
     processed = corpus.map(process, batched=True, remove_columns=corpus["train"].column_names, desc="Processing")
+    # As a fixed-shape array column, a batch of images becomes one tensor; as nested lists (what `map` stores), the
+    # torch formatter builds a tensor per pixel, which took most of a small ViT's training step.
+    shape = tuple(processed["train"].with_format("numpy")[0]["pixel_values"].shape)
+    processed = processed.cast_column("pixel_values", datasets.Array3D(shape, "float32"))
     return processed.with_format("torch")
 
 

@@ -116,14 +116,14 @@ def mechanism_table(results: list[dict]) -> str:
 
 
 def mechanism_plot(path: str, results: list[dict]) -> str:
-    """BLEU, the logits' spread, the entropy and the gradient at the logits against d_k, one line per score (mean
+    """BLEU, the logits' spread, the entropy and the gradient at the logits against d_k, one colour per score (mean
     and range over seeds), statistics at initialisation dashed and after training solid."""
     from .plots import _pyplot, _save
 
     plt = _pyplot()
     figure, axes = plt.subplots(1, 4, figsize=(18, 4))
     rows = [result for result in results if result["row"] == "S"]
-    for name in SCORES:
+    for color, name in zip(("tab:blue", "tab:orange", "tab:green"), SCORES, strict=True):
         chosen = [result for result in rows if result["variant"].startswith(name + ",")]
         sizes = [result["config"]["d_kv"] for result in chosen]
         panels = (("bleu", "BLEU, beam 4"), ("logit_spread", "logit spread"), ("entropy", "entropy (nats)"),
@@ -137,7 +137,7 @@ def mechanism_plot(path: str, results: list[dict]) -> str:
                           [max(v) - m for m, v in zip(means, values, strict=True)]]  # fmt: skip
                 style = "--" if stage == "at_init" else "-"
                 label = name if stage != "at_init" else None
-                axis.errorbar(sizes, means, yerr=errors, fmt="o" + style, capsize=3, label=label)
+                axis.errorbar(sizes, means, yerr=errors, fmt="o" + style, color=color, capsize=3, label=label)
             axis.set_xscale("log", base=2)
             axis.set_xlabel("d_k")
             axis.set_title(title)
