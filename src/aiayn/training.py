@@ -233,7 +233,7 @@ def _language_model_blocks(corpus, tokenizer, data_args, block_size: int, append
             texts = [text + tokenizer.eos_token for text in texts]
         return tokenizer(texts, return_attention_mask=False)
 
-    columns = corpus["train"].column_names
+    columns = next(iter(corpus.values())).column_names  # any split: the held-out one alone is prepared too
     tokenized = corpus.map(tokenize, batched=True, remove_columns=columns, desc="Tokenizing")
     return tokenized.map(lambda e: group_texts(e, block_size), batched=True, desc=f"Grouping into {block_size}")
 

@@ -118,9 +118,9 @@ def train(setting: Setting, name: str, length: int, window: int | None, random_b
 
 def held_out_blocks(trainer: transformers.Trainer, length: int, tokens: int) -> datasets.Dataset:
     """The first `tokens` tokens of the held-out plays, in blocks of `length`."""
-    corpus = load_corpus("shakespeare")
+    held_out = datasets.DatasetDict(validation=load_corpus("shakespeare")["validation"])  # not the training plays
     blocks = TASKS["causal-lm"].preprocess(
-        corpus, trainer.processing_class, trainer.model, DataArguments(dataset_name="shakespeare", block_size=length)
+        held_out, trainer.processing_class, trainer.model, DataArguments(dataset_name="shakespeare", block_size=length)
     )["validation"]
     return blocks.select(range(min(len(blocks), tokens // length)))
 
