@@ -259,10 +259,11 @@ class AiaynCheckpointBase(PreTrainedModel):
             )
         stacks = tuple(f"{name}." for name, module in model.named_modules() if is_stack(module))
         missing_keys = sorted(loading_info["missing_keys"])
-        encoder_decoder_attention = [key for key in model.state_dict() if ".cross_attn" in key]
-        if getattr(model.config, "add_cross_attention", False) and set(encoder_decoder_attention) <= set(missing_keys):
+        if getattr(model.config, "add_cross_attention", False):
             # A warm start (`add_cross_attention=True` given to a decoder saved without it): that attention is new.
-            missing_keys = [key for key in missing_keys if ".cross_attn" not in key]
+            new_attention = [key for key in missing_keys if ".cross_attn" in key]
+            if len(new_attention) == sum(".cross_attn" in key for key in model.state_dict()):
+                missing_keys = [key for key in missing_keys if ".cross_attn" not in key]
         missing = [f"{key} is missing" for key in missing_keys if key.startswith(stacks)]
         if missing:
             warnings.warn(
