@@ -2,6 +2,7 @@
 attention's n x n cost, each a registered attention pattern, proven against references written from the papers."""
 
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 import aiayn
 from aiayn.attention_aiayn import AiaynSelfAttention, AttentionPatternInputs, DotProductScore
+from aiayn.attention_variants_aiayn import check_attention_backend
 from aiayn.bigbird_aiayn import RandomBlocksAttention, random_key_blocks
 from aiayn.ctranslate2_export import unsupported_options
 from aiayn.linformer_aiayn import LinformerAttention
@@ -48,7 +50,7 @@ def test_the_fields_are_declared_saved_and_validated(tmp_path):
     for fields, message in refusals:
         with pytest.raises(StrictDataclassError, match=message):
             tiny_config("encoder", **fields)
-    with pytest.raises(StrictDataclassError, match="mixes future positions into every projected row"):
+    with pytest.raises(StrictDataclassError, match="serves bidirectional stacks; AiaynDecoderConfig"):
         tiny_config("decoder", linformer_k=8)
 
 
@@ -343,3 +345,17 @@ def test_saved_folders_give_the_same_logits_in_a_process_without_aiayn_and_rando
             timeout=300,
         )
         assert result.returncode == 0 and "same logits" in result.stdout, result.stderr[-3000:]
+
+
+def test_variants_refuse_the_backends_they_do_not_serve_by_name():
+    """Flash attention takes a window but no mask: the random blocks, built from mask functions, would be lost, so
+    every flash kernel is refused by the field that chose them; the window alone reaches flash as its window."""
+    config = tiny_config("encoder", sliding_window=4, attention_random_blocks=1)
+    message = r"attention_random_blocks=1 \(RandomBlocksAttention\) runs under attn_implementation 'eager', 'sdpa', "
+    flash = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn2", "paged|flash_attention_2")
+    for implementation in flash:
+        with pytest.raises(ValueError, match=message + "'flex_attention'; " + re.escape(repr(implementation))):
+            check_attention_backend(config, implementation)
+    for implementation in ("eager", "sdpa", "flex_attention"):
+        check_attention_backend(config, implementation)
+    check_attention_backend(tiny_config("encoder", sliding_window=4), "flash_attention_2")

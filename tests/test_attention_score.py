@@ -143,9 +143,14 @@ def test_long_inputs_are_scored_a_chunk_of_queries_at_a_time_with_the_same_resul
 
 
 def test_backends_that_compute_dot_products_only_refuse_it_by_name():
-    model = lm_model("encoder", "flex_attention", attention_score="additive")
-    with pytest.raises(ValueError, match=r"attention_score='additive'.*'eager' or 'sdpa'"), torch.no_grad():
-        model(random_ids(1, 8))
+    """At load time and when the backend changes, never at a forward that would quietly compute dot products."""
+    message = r"attention_score='additive' \(AdditiveScore\) runs under attn_implementation 'eager', 'sdpa'"
+    with pytest.raises(ValueError, match=message + "; 'flex_attention'"):
+        lm_model("encoder", "flex_attention", attention_score="additive")
+    model = lm_model("encoder", "sdpa", attention_score="additive")
+    with pytest.raises(ValueError, match=message):
+        model.set_attn_implementation("flex_attention")
+    assert model.config._attn_implementation == "sdpa"
     assert any("attention_score='additive'" in reason for reason in unsupported_options(model.config))
 
 

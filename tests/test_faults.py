@@ -304,3 +304,31 @@ def test_only_safetensors_are_written_and_by_default_read(tmp_path):
     ids = random_ids(2, 5)
     with torch.no_grad():
         assert torch.equal(loaded(ids, decoder_input_ids=ids).logits, model(ids, decoder_input_ids=ids).logits)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("score", ["dot_product", "additive"])
+def test_attention_weights_of_a_padded_batch_keep_their_gradient(family, score):
+    """T5's `test_retain_grad_hidden_states_attentions` on a batch with fully masked queries (an all-padding row, a
+    left-padded row): the returned weights are those the output was computed from, so they get a gradient, and the
+    fully masked queries' weights are zero."""
+    ids, mask = padded_batch()
+    mask[0] = 0
+    model = lm_model(family, "eager", attention_score=score).train()
+    outputs = model(**lm_inputs(family, ids, mask), output_attentions=True)
+    weights = outputs.attentions[0] if family != "seq2seq" else outputs.cross_attentions[0]
+    weights.retain_grad()
+    outputs.logits.flatten()[0].backward()
+    assert weights.grad is not None
+    assert weights[0].abs().max() == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("value", [2, 9])
+def test_a_mask_that_is_not_zeros_and_ones_is_named(family, value):
+    """Positions count a mask's ones: a mask of 2s or 9s would otherwise read as a sequence too long."""
+    ids, mask = padded_batch()
+    mask[0, 1] = value
+    model = lm_model(family)
+    with pytest.raises(ValueError, match=rf"attention_mask holds values other than 0 and 1 \(\[0, 1, {value}\]\)"):
+        model(**lm_inputs(family, ids, mask))

@@ -649,3 +649,31 @@ def test_flex_attention_agrees_with_eager(family, position):
             logits[implementation] = model(**lm_inputs(family, ids, mask)).logits
     real = mask.bool()
     torch.testing.assert_close(logits["flex_attention"][real], logits["eager"][real], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [
+        ("encoder", {}),
+        ("decoder", {}),
+        ("seq2seq", {}),
+        ("encoder", {"sliding_window": 2}),  # bands, whose masks hold the relative bias
+        ("seq2seq", {"position_embedding_type": "rotary"}),
+    ],
+)
+def test_gradient_checkpointing_gives_the_gradients_of_the_plain_backward(family, overrides, reentrant):
+    """T5's `gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})`: the relative bias,
+    computed once for every layer, reaches each checkpointed layer positionally, so the recomputed layers
+    backpropagate into it once each; the gradients are those of the plain backward, bit for bit."""
+    overrides = {"position_embedding_type": "relative", **overrides}
+    ids, mask = padded_batch(length=12)
+    gradients = []
+    for checkpointing in (False, True):
+        model = lm_model(family, **overrides).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        model(**lm_inputs(family, ids, mask), labels=ids, use_cache=False).loss.backward()
+        gradients.append({name: parameter.grad for name, parameter in model.named_parameters()})
+    assert all(gradient is not None for gradient in gradients[0].values())
+    torch.testing.assert_close(gradients[1], gradients[0], rtol=0, atol=0)

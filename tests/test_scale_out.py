@@ -1,5 +1,6 @@
 """Scaling out: tensor parallelism over two CPU processes (torchrun, gloo) and PEFT's LoRA with its defaults."""
 
+import copy
 import json
 import os
 import subprocess
@@ -8,7 +9,12 @@ import sys
 import peft
 import pytest
 import torch
-from conftest import FAMILIES, LM_AUTO_CLASS, lm_model
+import transformers
+from conftest import FAMILIES, LM_AUTO_CLASS, lm_model, tiny_config
+from transformers.distributed.parallel_utils import _get_parameter_plan
+
+import aiayn
+from aiayn.families import FAMILIES as FAMILIES_TABLE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Each family with what its plan shards besides the projections: gated feed-forward layers and relative position
@@ -235,3 +241,29 @@ def test_fsdp2_shards_train_and_save_as_one_process(tmp_path):
         saved = auto_class.from_pretrained(tmp_path / family).state_dict()
         for name, tensor in model.state_dict().items():
             torch.testing.assert_close(saved[name], tensor, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "seq2seq", "vision"])
+@pytest.mark.parametrize("positions", ["relative", "sinusoidal"])
+def test_tp_plan_matches_params(family, positions):
+    """transformers' `test_tp_plan_matches_params` (tests/test_modeling_common.py), for every head of each family: the
+    config holds the plan (`base_model_tp_plan`), and each entry of every model's plan matches a parameter or a
+    module of that model (transformers' own matching, `_get_parameter_plan`)."""
+    if family == "vision":
+        config = aiayn.preset_config("tiny-vision", image_size=16, patch_size=4, d_model=32, num_labels=3)
+    else:
+        config = tiny_config(family, position_embedding_type=positions, num_labels=3)
+    assert config.base_model_tp_plan
+    for auto_class in FAMILIES_TABLE[family].auto_classes:
+        model = getattr(transformers, auto_class).from_config(copy.deepcopy(config))
+        model_class = type(model)
+        param_names = {name for name, _ in model.named_parameters()} | {name for name, _ in model.named_buffers()}
+        module_names = {name for name, _ in model.named_modules()}
+        assert model.tp_plan, model_class.__name__
+        unused = {
+            pattern
+            for pattern in model.tp_plan
+            if not any(_get_parameter_plan(name, {pattern: ""}, is_weight=True) is not None for name in param_names)
+            and not any(_get_parameter_plan(name, {pattern: ""}, is_weight=False) is not None for name in module_names)
+        }
+        assert not unused, f"{model_class.__name__}: entries of the TP plan that match nothing: {unused}"

@@ -12,7 +12,6 @@ import pytest
 import torch
 import transformers
 from conftest import VOCAB, hub_loading_environment, random_ids
-from huggingface_hub.errors import StrictDataclassError
 
 import aiayn
 from aiayn.conversion import convert_from_hf
@@ -59,12 +58,22 @@ def warm_started(kind: str):
     return model, inputs
 
 
-def test_the_fields_are_gpt2s_and_a_decoder_stays_causal():
+def test_the_fields_are_gpt2s_and_a_decoder_stays_causal_whatever_is_decoder_says():
     config = decoder().config
     assert (config.add_cross_attention, config.is_decoder) == (True, True)
     assert aiayn.preset_config("tiny-decoder").add_cross_attention is False
-    with pytest.raises(StrictDataclassError, match="use the encoder family"):
-        aiayn.preset_config("tiny-decoder", is_decoder=False)
+    # transformers' generic causal-LM tester passes is_decoder=False, as GPT-2's config accepts it: the same decoder.
+    causal = transformers.AutoModelForCausalLM.from_config(aiayn.preset_config("tiny-decoder", **SIZES))
+    flagged = transformers.AutoModelForCausalLM.from_config(
+        aiayn.preset_config("tiny-decoder", is_decoder=False, **SIZES)
+    )
+    flagged.load_state_dict(causal.state_dict())
+    ids = random_ids(2, 7, seed=3)
+    logits = flagged(ids).logits
+    torch.testing.assert_close(logits, causal(ids).logits, rtol=0, atol=0)
+    changed = ids.clone()
+    changed[:, 4:] = (changed[:, 4:] + 1) % causal.config.vocab_size
+    torch.testing.assert_close(flagged(changed).logits[:, :4], logits[:, :4], rtol=0, atol=0)  # no look ahead
     names = set(decoder().state_dict())
     assert {
         "model.decoder.layers.0.cross_attn.q_proj.weight",
@@ -216,3 +225,59 @@ def test_from_encoder_decoder_pretrained_loads_both_checkpoints_and_starts_only_
         assert torch.equal(new[name], value), name
     for name, value in masked_lm.model.state_dict().items():
         assert torch.equal(model.encoder.state_dict()[name], value), name
+
+
+WARM_START_WITHOUT_AIAYN = textwrap.dedent(
+    """
+    import json, sys
+    sys.modules["aiayn"] = None  # only the folders' code
+    import torch, transformers
+
+    encoder_folder, decoder_folder = sys.argv[1:3]
+    expected = torch.load(encoder_folder + "/../expected.pt")
+    try:
+        transformers.EncoderDecoderModel.from_encoder_decoder_pretrained(
+            encoder_folder, decoder_folder, trust_remote_code=True
+        )
+        first = "loaded"
+    except ValueError as error:
+        first = str(error).splitlines()[0]
+    encoder = transformers.AutoModel.from_pretrained(encoder_folder, trust_remote_code=True)
+    decoder = transformers.AutoModelForCausalLM.from_pretrained(
+        decoder_folder, trust_remote_code=True, add_cross_attention=True
+    )
+    same = []
+    for model in (
+        transformers.EncoderDecoderModel(encoder=encoder, decoder=decoder),
+        transformers.EncoderDecoderModel.from_encoder_decoder_pretrained(
+            encoder_folder, decoder_folder, trust_remote_code=True
+        ),
+    ):
+        new = ("cross_attn", "pooler")  # initialised here: not in the folders
+        state = {name: value for name, value in model.state_dict().items() if not any(n in name for n in new)}
+        same.append(all(torch.equal(value, expected["state"][name]) for name, value in state.items()))
+    print()  # after transformers' unanswered prompt
+    print("report:", json.dumps({"first": first, "same": same}))
+    """
+)
+
+
+def test_the_documented_warm_start_runs_where_aiayn_is_not_installed(tmp_path):
+    """docs/how-to/encoder-decoder.md: `from_encoder_decoder_pretrained(..., trust_remote_code=True)` fails without
+    aiayn (transformers does not pass the flag on to the parts); the parts loaded by their Auto classes put together
+    hold the folders' weights, and afterwards `from_encoder_decoder_pretrained` loads them as well."""
+    torch.manual_seed(0)
+    aiayn.AiaynEncoderForMaskedLM(aiayn.preset_config("tiny-encoder", **SIZES)).save_pretrained(tmp_path / "encoder")
+    aiayn.AiaynDecoderForCausalLM(aiayn.preset_config("tiny-decoder", **SIZES)).save_pretrained(tmp_path / "decoder")
+    model = transformers.EncoderDecoderModel.from_encoder_decoder_pretrained(
+        str(tmp_path / "encoder"), str(tmp_path / "decoder")
+    )
+    torch.save({"state": model.state_dict()}, tmp_path / "expected.pt")
+    result = subprocess.run(
+        [sys.executable, "-c", WARM_START_WITHOUT_AIAYN, str(tmp_path / "encoder"), str(tmp_path / "decoder")],
+        cwd=tmp_path, env=hub_loading_environment(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.split("report:")[-1])
+    assert "contains custom code which must be executed" in report["first"], report
+    assert report["same"] == [True, True]

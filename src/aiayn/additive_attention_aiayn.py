@@ -22,12 +22,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
+from .attention_aiayn import weighted_values
 from .configuration_aiayn import AiaynConfig
 
 # The most bytes of (queries x keys x d_k) sums one chunk of queries holds.
 CHUNK_BYTES = 2**26
-# The backends under which this score runs (it computes its scores itself; both give the same result).
-BACKENDS = ("eager", "sdpa")
 
 
 def head_scores(query: torch.Tensor, key: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -56,6 +55,10 @@ class AdditiveScore(nn.Module):
     """Multi-head additive attention: `softmax(v^T tanh(q + k) + M) V` per head (module docstring). Called as
     transformers' attention functions are; returns the output `(batch, queries, heads, d_kv)` and the weights."""
 
+    # It computes its scores itself, under these backends (both give the same result); the others compute dot
+    # products inside their kernels.
+    backends = ("eager", "sdpa")
+
     def __init__(self, config: AiaynConfig):
         super().__init__()
         self.v = nn.Parameter(torch.empty(config.num_heads, config.d_kv))
@@ -66,14 +69,8 @@ class AdditiveScore(nn.Module):
         init.normal_(self.v, mean=0.0, std=self.std)
 
     def forward(
-        self, module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs
+        self, module, query, key, value, attention_mask, dropout: float = 0.0, fully_masked=None, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        implementation = module.config._attn_implementation
-        if implementation not in BACKENDS:
-            raise ValueError(
-                f"attention_score='additive' computes its own scores, with attn_implementation='eager' or 'sdpa'; "
-                f"{implementation!r} computes dot products only."
-            )
         batch, heads, queries, dim = query.shape
         if heads != self.v.shape[0]:
             raise ValueError(
@@ -96,7 +93,4 @@ class AdditiveScore(nn.Module):
         mask = additive_mask(attention_mask, module.is_causal, (queries, keys), scores.dtype, scores.device)
         if mask is not None:
             scores = scores + mask
-        weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-        output = torch.matmul(weights, value).transpose(1, 2).contiguous()
-        return output, weights
+        return weighted_values(module, scores, value, dropout, fully_masked)

@@ -16,9 +16,11 @@ modeling code.
 """
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
+from torch.utils._pytree import register_pytree_node
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask, or_masks
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -38,21 +40,44 @@ def eager_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
+    fully_masked: torch.Tensor | None = None,
     **kwargs: Unpack[TransformersKwargs],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention, eq. (1), with the mask added before the softmax:
 
     `softmax(Q K^T * scaling + M) V`, where `M` is 0 where attention is allowed and the dtype's minimum elsewhere
-    (plus any position bias). The softmax runs in float32. Returns the output `(batch, seq, heads, d_kv)` and the
-    attention probabilities `(batch, heads, seq, key_length)`.
+    (plus any position bias). Returns the output `(batch, seq, heads, d_kv)` and the attention probabilities
+    `(batch, heads, seq, key_length)` (`weighted_values`).
     """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         scores = scores + attention_mask
-    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    return weighted_values(module, scores, value, dropout, fully_masked)
+
+
+def weighted_values(
+    module: nn.Module, scores: torch.Tensor, value: torch.Tensor, dropout: float, fully_masked: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The end of eq. (1) from masked scores `(batch, heads, queries, keys)`: the softmax over the keys (in float32),
+    dropout, the weighted sum of the values. Queries flagged `fully_masked` (`open_fully_masked_queries`) get zero
+    weights, hence zero output, in the graph of what is returned: their weights keep a gradient. Returns the output
+    `(batch, queries, heads, d)` and the weights."""
+    weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    if fully_masked is not None:
+        weights = weights.masked_fill(fully_masked, 0.0)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
-    return output, weights
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def zero_fully_masked(
+    output: torch.Tensor, weights: torch.Tensor | None, fully_masked: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A backend's output `(batch, queries, heads, d)` and weights with the `fully_masked` queries' rows zeroed, for
+    backends that do not take the flags (`weighted_values` does)."""
+    if fully_masked is None:
+        return output, weights
+    output = output.masked_fill(fully_masked.transpose(1, 2), 0.0)
+    return output, weights.masked_fill(fully_masked, 0.0) if weights is not None else None
 
 
 class DotProductScore(nn.Module):
@@ -61,19 +86,31 @@ class DotProductScore(nn.Module):
     value, mask, dropout=..., scaling=..., **kwargs)` to `(output, weights)`. Like every score, it is built from the
     config; dot products need nothing of it (the scale is the attention module's `scaling`)."""
 
+    backends: tuple[str, ...] | None = None  # every backend (a score's declaration, as a pattern's `backends`)
+
     def __init__(self, config: AiaynConfig):
         super().__init__()
 
-    def forward(self, module, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, module, query, key, value, attention_mask, fully_masked=None, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`fully_masked`: `(batch, 1, queries, 1)` flags of the queries that attend to no key, whose output and
+        weights are zero (`open_fully_masked_queries`), or None."""
         implementation = module.config._attn_implementation
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         if query.shape[0] == 0:  # transformers' sdpa and flash wrappers cannot reshape an empty batch
             attention_interface = eager_attention_forward
+        if attention_interface is eager_attention_forward:
+            return eager_attention_forward(
+                module, query, key, value, attention_mask, fully_masked=fully_masked, **kwargs
+            )
         if kwargs.get("dropout") and value.device.type == "cpu" and implementation == "sdpa":
             # With dropout, torch's CPU sdpa runs its math path, which copies the queries and keys but saves the
             # values for the backward as given: a view of the fused projection would keep all of its output alive.
             value = value.contiguous()
-        return attention_interface(module, query, key, value, attention_mask, **kwargs)
+        return zero_fully_masked(
+            *attention_interface(module, query, key, value, attention_mask, **kwargs), fully_masked
+        )
 
 
 def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
@@ -114,6 +151,30 @@ def global_tokens_overlay(global_attention_mask: torch.Tensor) -> Callable:
     return inner_mask
 
 
+class SharedByLayers:
+    """What a stack prepares once per forward for all of its layers (masks, position biases, rotary tables), as a
+    pytree node of its attributes: the stack hands each layer its tensors as positional arguments (`tree_flatten`)
+    and the layer rebuilds it (`tree_unflatten`). Reentrant gradient checkpointing recomputes a layer from its
+    positional tensors; a tensor that needs a gradient and reached the layer inside an object (the relative position
+    bias, computed once for every layer) would be backpropagated through once per layer, its graph freed after the
+    first."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register_pytree_node(cls, _flatten_shared, partial(_unflatten_shared, cls))
+
+
+def _flatten_shared(shared: SharedByLayers) -> tuple[list, list[str]]:
+    return list(vars(shared).values()), list(vars(shared))
+
+
+def _unflatten_shared(cls: type, values, names: list[str]) -> SharedByLayers:
+    shared = object.__new__(cls)
+    for name, value in zip(names, values, strict=True):
+        setattr(shared, name, value)
+    return shared
+
+
 class AttentionPatternInputs:
     """What a stack's attention pattern reads, once per forward, in one object: the layers' input `hidden_states`, the
     padding `attention_mask`, the self-attention `cache`, the `position_ids`, the stack's `relative_position_bias`
@@ -137,11 +198,12 @@ class AttentionPatternInputs:
         self.global_attention_mask = global_attention_mask
 
 
-class MaskedAttention:
+class MaskedAttention(SharedByLayers):
     """Attention of each query over the keys a mask allows, for every layer of a stack: `mask` in the form the
     backend takes (None: all keys, or causal where the backend is told so), the relative position bias folded in
     except for flex attention, which takes it as `position_bias`; `fully_masked` queries (see
-    `open_fully_masked_queries`) get zero output and weights; `backend_kwargs` go to the backend as they are."""
+    `open_fully_masked_queries`) get zero output and weights (the score zeroes them); `backend_kwargs` go to the
+    backend as they are."""
 
     def __init__(self, mask=None, fully_masked=None, position_bias=None, **backend_kwargs):
         self.mask, self.fully_masked, self.position_bias = mask, fully_masked, position_bias
@@ -154,24 +216,27 @@ class MaskedAttention:
         if self.position_bias is not None:
             kwargs["position_bias"] = module.heads_of_this_rank(self.position_bias, heads)
         mask = module.heads_of_this_rank(self.mask, heads)
-        output, weights = module.score(module, query, key, value, mask, **self.backend_kwargs, **kwargs)
-        if self.fully_masked is not None:
-            output = output.masked_fill(self.fully_masked.transpose(1, 2), 0.0)
-            weights = weights.masked_fill(self.fully_masked, 0.0) if weights is not None else None
-        return output, weights
+        return module.score(
+            module, query, key, value, mask, fully_masked=self.fully_masked, **self.backend_kwargs, **kwargs
+        )
 
 
 class AttentionPattern(nn.Module):
     """Which keys each query sees: one per stack of `num_layers` layers, which may hold parameters (per layer or
     shared; `initialize_parameters()` initialises them). `prepare` runs once per forward and returns what every
     layer's attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
-    `MaskedAttention` (`module.layer_idx` tells the layers apart). `config_field` is the config field whose value
-    selects the pattern; `causal` whether it serves causal stacks; `extends` the config field of a pattern it builds
-    on, which it then replaces (`attention_variants_aiayn.attention_pattern_class`).
+    `MaskedAttention` (`module.layer_idx` tells the layers apart).
+
+    What decides where it applies, which `attention_variants_aiayn` reads to pick it and to refuse what it cannot
+    serve: `config_field`, the config field whose value selects the pattern; `stacks`, the stacks it serves
+    (`"bidirectional"`, `"causal"`); `backends`, the kinds of attention backend it serves (`"eager"`, `"sdpa"`,
+    `"flex_attention"`, `"flash_attention"`; None: every one); `extends`, the config field of a pattern it builds on
+    and then replaces.
     """
 
     config_field: str | None = None
-    causal: bool = True
+    stacks: tuple[str, ...] = ("bidirectional", "causal")
+    backends: tuple[str, ...] | None = None
     extends: str | None = None
 
     def __init__(self, config: AiaynConfig, is_causal: bool, num_layers: int):
@@ -242,7 +307,7 @@ def cached_length(cache: Cache | None) -> int | torch.Tensor:
     return cache.get_seq_length() if isinstance(cache, Cache) else 0
 
 
-class AttentionInputs:
+class AttentionInputs(SharedByLayers):
     """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
     states, built once per forward (`prepare_attention_inputs`): the prepared `pattern`, whose `attend` computes
     attention, and the rotary `(cos, sin)` tables of self-attention."""
@@ -320,7 +385,7 @@ class AiaynAttention(nn.Module):
 
     def heads_of_this_rank(self, per_head: torch.Tensor | object | None, heads: int) -> torch.Tensor | object | None:
         """A `(batch, num_heads, queries, keys)` mask or bias cut to the `heads` this rank computes under tensor
-        parallelism (the stack's `_tp_plan`: rank r holds the r-th run of heads); anything else as it is."""
+        parallelism (`config.base_model_tp_plan`: rank r holds the r-th run of heads); anything else as it is."""
         if not isinstance(per_head, torch.Tensor) or per_head.dim() != 4 or per_head.shape[1] in (1, heads):
             return per_head
         first = self.o_proj.weight.device_mesh.get_local_rank() * heads

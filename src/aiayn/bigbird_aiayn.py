@@ -22,6 +22,7 @@ modeling code.
 import torch
 from transformers.cache_utils import Cache
 
+from .attention_aiayn import SharedByLayers
 from .local_attention_aiayn import BandGeometry, SlidingWindowAttention
 
 # The hash's modulus, a prime below 2^31: every product of two residues fits in int64, so the arithmetic is exact on
@@ -66,6 +67,7 @@ class RandomBlocksAttention(SlidingWindowAttention):
 
     config_field = "attention_random_blocks"
     extends = "sliding_window"
+    backends = ("eager", "sdpa", "flex_attention")  # flash attention takes a window, not the blocks' mask
 
     def __init__(self, config, is_causal: bool, num_layers: int):
         super().__init__(config, is_causal, num_layers)
@@ -116,7 +118,7 @@ def random_blocks_overlay(table: torch.Tensor, block: int):
     return inner_mask
 
 
-class LayerByLayer:
+class LayerByLayer(SharedByLayers):
     """One prepared attention per layer, each layer attending through its own."""
 
     def __init__(self, layers: list):

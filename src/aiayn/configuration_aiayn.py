@@ -135,6 +135,24 @@ class AiaynConfig(PreTrainedConfig):
     """
 
     model_type = ""
+    # How `from_pretrained(tp_plan="auto")` shards a stack (Megatron's split), keyed from the stack as every
+    # built-in config keys it from its base model: the projections into heads and into the feed-forward width
+    # column-wise, each rank holding whole heads (the fused `qkv_proj` and `kv_proj` by `tensor_parallel_aiayn`'s
+    # styles), the projections out of them row-wise (their outputs summed across the ranks), the token table by rows
+    # of the vocabulary, the relative position table replicated, its gradient summed. Each model keeps the entries
+    # of the modules it has (`AiaynPreTrainedModel.init_parallel_plans`).
+    base_model_tp_plan = {
+        "embeddings.embed_tokens": "embedding_rowwise",
+        "relative_position_bias.embedding": "replicated_with_grad_allreduce",
+        "layers.*.self_attn.qkv_proj": "aiayn_qkv_colwise",
+        "layers.*.self_attn.o_proj": "rowwise",
+        "layers.*.cross_attn.q_proj": "colwise",
+        "layers.*.cross_attn.kv_proj": "aiayn_kv_colwise",
+        "layers.*.cross_attn.o_proj": "rowwise",
+        "layers.*.ffn.gate_proj": "colwise",
+        "layers.*.ffn.up_proj": "colwise",
+        "layers.*.ffn.down_proj": "rowwise",
+    }
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",
@@ -204,17 +222,14 @@ class AiaynConfig(PreTrainedConfig):
             )
 
     def validate_attention_pattern(self):
-        """One attention pattern at a time; BigBird's random blocks extend a sliding window."""
-        if self.linformer_k is not None and self.sliding_window is not None:
-            raise ValueError(
-                f"linformer_k ({self.linformer_k}) and sliding_window ({self.sliding_window}) each choose an "
-                "attention pattern (Linformer's projection, a window); set one of them."
-            )
-        if self.attention_random_blocks is not None and self.sliding_window is None:
-            raise ValueError(
-                "attention_random_blocks adds BigBird's random blocks to a sliding window and global tokens: set "
-                "sliding_window too."
-            )
+        """The attention variants' own declarations (`attention_variants_aiayn.check_attention_pattern`): one pattern
+        at a time, the one a pattern extends set too, and a pattern that serves this family's stacks."""
+        from .attention_variants_aiayn import check_attention_pattern
+
+        check_attention_pattern(self)
+
+    # The kinds of stacks the family's models have (`AttentionPattern.stacks`).
+    attention_stacks = ("bidirectional",)
 
     @property
     def is_gated_act(self) -> bool:
@@ -374,26 +389,15 @@ class AiaynDecoderConfig(AiaynGenerativeConfig):
     add_cross_attention: give every layer encoder-decoder attention (the seq2seq decoder's blocks, section 3.2.3), as
         GPT-2's and BERT's field does: the model then reads `encoder_hidden_states`, as the decoder of transformers'
         `EncoderDecoderModel` and `VisionEncoderDecoderModel` (which set it) does.
-    is_decoder: True, as transformers' wrappers set it: a GPT-style stack is causal.
+    is_decoder: True, as transformers' wrappers set it. A GPT-style stack is causal whatever the field says: `False`
+        (transformers' generic testers and GPT-2's config pass it) builds the same causal decoder.
     """
 
     model_type = "aiayn_decoder"
     add_cross_attention: bool = False
     is_decoder: bool = True
 
-    def validate_attention_pattern(self):
-        """The shared patterns, and none that needs bidirectional attention."""
-        super().validate_attention_pattern()
-        if not self.is_decoder:
-            raise ValueError(
-                "is_decoder=False asks for bidirectional attention, which a GPT-style decoder does not have: use "
-                "the encoder family (AiaynEncoderConfig) for a bidirectional stack."
-            )
-        if self.linformer_k is not None:
-            raise ValueError(
-                "linformer_k projects keys and values along the sequence, which mixes future positions into every "
-                "projected row: a causal decoder cannot take it (encoders and a seq2seq model's encoder can)."
-            )
+    attention_stacks = ("causal",)
 
 
 @strict
@@ -414,6 +418,7 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """
 
     model_type = "aiayn_seq2seq"
+    attention_stacks = ("bidirectional", "causal")
     custom_generation_fields = ("max_len_a", "max_len_b")
     is_encoder_decoder: bool = True
     num_decoder_layers: int | None = positive(default=None)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention_aiayn import AttentionPattern
+from .attention_aiayn import AttentionPattern, SharedByLayers
 from .policy_aiayn import IndexOutOfRangeError
 
 
@@ -27,7 +27,7 @@ class LinformerAttention(AttentionPattern):
     layer: `projections`, `(num_layers, linformer_k, max_positions)`."""
 
     config_field = "linformer_k"
-    causal = False
+    stacks = ("bidirectional",)  # a projection along the sequence mixes later positions into every row
 
     def __init__(self, config, is_causal: bool, num_layers: int):
         super().__init__(config, is_causal, num_layers)
@@ -52,7 +52,7 @@ class LinformerAttention(AttentionPattern):
         return ProjectedAttention(self, inputs.attention_mask, length)
 
 
-class ProjectedAttention:
+class ProjectedAttention(SharedByLayers):
     """Attention of every query over the `linformer_k` rows each layer's projection makes of the real keys and values,
     for one forward."""
 
@@ -68,8 +68,4 @@ class ProjectedAttention:
         if self.real is not None:
             key, value = key * self.real, value * self.real
         key, value = projection @ key, projection @ value  # (batch, heads, k, d)
-        output, weights = module.score(module, query, key, value, None, **kwargs)
-        if self.fully_masked is not None:
-            output = output.masked_fill(self.fully_masked.transpose(1, 2), 0.0)
-            weights = weights.masked_fill(self.fully_masked, 0.0) if weights is not None else None
-        return output, weights
+        return module.score(module, query, key, value, None, fully_masked=self.fully_masked, **kwargs)

@@ -27,7 +27,7 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-from .attention_aiayn import FullAttention, attention_dtype
+from .attention_aiayn import FullAttention, SharedByLayers, attention_dtype, zero_fully_masked
 
 # The fewest queries a block holds: smaller blocks make many small kernel calls.
 MIN_BLOCK_SIZE = 32
@@ -110,7 +110,7 @@ def global_rows_mask(real: torch.Tensor, positions: torch.Tensor, position_bias,
     return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
 
 
-class BandedAttention:
+class BandedAttention(SharedByLayers):
     """Local attention computed block by block, for one sequence length, built once per forward and shared by the
     layers of a stack. Queries are cut into blocks (`BandGeometry`); each block attends to the band of keys its
     window can reach and to the global tokens, and each global query attends to every key. Masks hold what the
@@ -294,9 +294,7 @@ class BandedAttention:
             global_output = module.score(module, query.gather(2, positions), key, value, global_mask, **kwargs)[0]
             rows, slots = self.global_rows, self.global_slots
             output = output.index_put((rows, self.global_positions[rows, slots]), global_output[rows, slots])
-        if fully_masked is not None:
-            output = output.masked_fill(fully_masked.transpose(1, 2), 0.0)
-        return output, None
+        return zero_fully_masked(output, None, fully_masked)
 
 
 class SlidingWindowAttention(FullAttention):

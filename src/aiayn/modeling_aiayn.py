@@ -15,6 +15,7 @@ weights so that a saved folder loads with `trust_remote_code=True` where aiayn i
 
 import torch
 from torch import nn
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
@@ -30,11 +31,10 @@ from transformers.utils.output_capturing import capture_outputs
 from .attention_aiayn import (
     AiaynCrossAttention,
     AiaynSelfAttention,
-    AttentionInputs,
     cached_length,
     prepare_attention_inputs,
 )
-from .attention_variants_aiayn import attention_pattern_class, build_attention_score
+from .attention_variants_aiayn import attention_pattern_class, build_attention_score, check_attention_backend
 from .configuration_aiayn import AiaynConfig, AiaynTextConfig
 from .name_tables_aiayn import register_class_names
 from .policy_aiayn import (
@@ -53,7 +53,7 @@ from .positions_aiayn import (
 )
 from .tensor_parallel_aiayn import register_parallel_styles
 
-register_parallel_styles()  # the styles `AiaynStack._tp_plan` names
+register_parallel_styles()  # the styles `AiaynConfig.base_model_tp_plan` names
 
 
 class AiaynRMSNorm(nn.Module):
@@ -129,11 +129,18 @@ class AiaynLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor | None = None,
-        self_attention_inputs: AttentionInputs | None = None,
-        cross_attention_inputs: AttentionInputs | None = None,
         cache: Cache | None = None,
+        *prepared: torch.Tensor | object,
+        prepared_structure: TreeSpec | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
+        """`prepared`: the leaves of what the stack prepared for self-attention and encoder-decoder attention (two
+        `AttentionInputs`, the second None without encoder states), passed positionally as reentrant gradient
+        checkpointing needs (`attention_aiayn.SharedByLayers`), and rebuilt from `prepared_structure`. Without them,
+        full attention without positions inside the layer."""
+        self_attention_inputs = cross_attention_inputs = None
+        if prepared_structure is not None:
+            self_attention_inputs, cross_attention_inputs = tree_unflatten(prepared, prepared_structure)
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attended, _ = self.self_attn(
             self._norm_input(hidden_states, self.self_attn_norm),
@@ -240,6 +247,15 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
             # Saved as a generation config of its own, so that its custom entries (max_len_a, ...) load back.
             self.generation_config._from_model_config = False
 
+    def init_parallel_plans(self):
+        """transformers' plans (a stack takes `config.base_model_tp_plan`, as a built-in base model does; a model its
+        stacks' plans under their names), the tensor-parallel one cut to the modules this model has: a stack without
+        relative positions or encoder-decoder attention, a family's model above its stacks."""
+        super().init_parallel_plans()
+        modules = [name.split(".") for name, _ in self.named_modules()]
+        present = {".".join("*" if part.isdigit() else part for part in parts) for parts in modules}
+        self._tp_plan = {path: style for path, style in self._tp_plan.items() if path in present}
+
     @classmethod
     def maybe_distribute_model(cls, model, distributed_config, mesh_manager):
         """transformers' sharding, refusing a head count the tensor-parallel ranks do not divide: each rank computes
@@ -251,6 +267,13 @@ class AiaynPreTrainedModel(AiaynCheckpointBase):
                 f"the model has num_heads={model.config.num_heads}."
             )
         return super().maybe_distribute_model(model, distributed_config, mesh_manager)
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs) -> str:
+        """transformers' choice of the attention backend, refused where a chosen variant does not serve it
+        (`check_attention_backend`): at load time, and when `set_attn_implementation` changes it."""
+        implementation = super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+        check_attention_backend(self.config, implementation)
+        return implementation
 
     def _flash_attn_can_dispatch(self, flash_attn_version: int, is_init_check: bool = False) -> bool:
         if getattr(self.config, "position_embedding_type", None) == "relative":
@@ -335,23 +358,6 @@ class AiaynStack(AiaynPreTrainedModel):
         "attentions": AiaynSelfAttention,
         "cross_attentions": AiaynCrossAttention,
     }
-    # How `from_pretrained(tp_plan="auto")` shards a stack (Megatron's split): the projections into heads and into the
-    # feed-forward width column-wise, each rank holding whole heads (the fused `qkv_proj` and `kv_proj` by
-    # `tensor_parallel_aiayn`'s styles), the projections out of them row-wise (their outputs summed across the
-    # ranks), the token table by rows of the vocabulary, the relative position table replicated, its gradient summed.
-    # A stack keeps the entries of the modules it has (`init_parallel_plans`).
-    _tp_plan = {
-        "embeddings.embed_tokens": "embedding_rowwise",
-        "relative_position_bias.embedding": "replicated_with_grad_allreduce",
-        "layers.*.self_attn.qkv_proj": "aiayn_qkv_colwise",
-        "layers.*.self_attn.o_proj": "rowwise",
-        "layers.*.cross_attn.q_proj": "colwise",
-        "layers.*.cross_attn.kv_proj": "aiayn_kv_colwise",
-        "layers.*.cross_attn.o_proj": "rowwise",
-        "layers.*.ffn.gate_proj": "colwise",
-        "layers.*.ffn.up_proj": "colwise",
-        "layers.*.ffn.down_proj": "rowwise",
-    }
 
     def __init__(
         self,
@@ -375,13 +381,6 @@ class AiaynStack(AiaynPreTrainedModel):
         self.final_norm = build_norm(config) if config.norm_first else None
         self.gradient_checkpointing = False
         self.post_init()
-
-    def init_parallel_plans(self):
-        """transformers' plans, the tensor-parallel one cut to the modules this stack has."""
-        super().init_parallel_plans()
-        modules = [name.split(".") for name, _ in self.named_modules()]
-        present = {".".join("*" if part.isdigit() else part for part in parts) for parts in modules}
-        self._tp_plan = {path: style for path, style in self._tp_plan.items() if path in present}
 
     def get_input_embeddings(self) -> nn.Embedding | None:
         return self.embeddings.embed_tokens if self.embeddings is not None else None
@@ -424,8 +423,11 @@ class AiaynStack(AiaynPreTrainedModel):
         attention = prepare_attention_inputs(
             self, hidden_states, attention_mask, cache, position_ids, global_attention_mask, *source
         )
+        prepared, structure = tree_flatten(attention)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, encoder_hidden_states, *attention, cache, **kwargs)
+            hidden_states = layer(
+                hidden_states, encoder_hidden_states, cache, *prepared, prepared_structure=structure, **kwargs
+            )
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)

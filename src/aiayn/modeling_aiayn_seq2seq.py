@@ -146,7 +146,7 @@ class AiaynSeq2SeqStacks(AiaynSeq2SeqPreTrainedModel):
     and, where `has_decoder`, the decoder."""
 
     has_decoder = True
-    _tp_plan = {"shared": "embedding_rowwise"}  # with the stacks' plans (`AiaynStack._tp_plan`)
+    _tp_plan = {"shared": "embedding_rowwise"}  # with the stacks' plans (`config.base_model_tp_plan`)
 
     def __init__(self, config: AiaynSeq2SeqConfig):
         super().__init__(config)

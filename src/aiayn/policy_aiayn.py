@@ -30,11 +30,19 @@ def check_token_ids(ids: torch.Tensor | None, size: int, name: str, size_name: s
         raise IndexOutOfRangeError(f"{name} contain {ids[bad][0].item()}, outside [0, {size}) ({size_name}={size}).")
 
 
-def check_mask_shape(attention_mask: torch.Tensor | None, expected: tuple[int, int], name: str, meaning: str):
-    """Raises `ValueError` when a 2D padding mask is not `expected = (batch, length)`. 4D masks are the caller's."""
-    if attention_mask is not None and attention_mask.dim() == 2 and tuple(attention_mask.shape) != expected:
+def check_padding_mask(attention_mask: torch.Tensor | None, expected: tuple[int, int], name: str, meaning: str):
+    """Raises `ValueError` when a 2D padding mask is not `expected = (batch, length)` or holds values other than 1
+    (a token) and 0 (padding): positions count the mask's ones. 4D masks are the caller's."""
+    if attention_mask is None or attention_mask.dim() != 2:
+        return
+    if tuple(attention_mask.shape) != expected:
         raise ValueError(
             f"{name} has shape {tuple(attention_mask.shape)}, but a padding mask over {meaning} has shape {expected}."
+        )
+    if attention_mask.dtype != torch.bool and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        found = sorted({value.item() for value in attention_mask.unique()[:8]})
+        raise ValueError(
+            f"{name} holds values other than 0 and 1 ({found}): a padding mask has 1 for each token and 0 for padding."
         )
 
 
@@ -77,14 +85,14 @@ def check_stack_inputs(
         (input_ids if input_ids is not None else inputs_embeds).shape[:2],
         int(past_length),
     )
-    check_mask_shape(
+    check_padding_mask(
         attention_mask,
         (batch_size, past_length + seq_length),
         f"{prefix}attention_mask",
         f"{seq_length} tokens" + (f" after {past_length} cached ones" if past_length else ""),
     )
     if encoder_hidden_states is not None:
-        check_mask_shape(
+        check_padding_mask(
             encoder_attention_mask,
             tuple(encoder_hidden_states.shape[:2]),
             "attention_mask",

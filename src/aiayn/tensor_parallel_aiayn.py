@@ -4,7 +4,7 @@
 Split column-wise as one matrix, rank 0 would hold all the queries and half the keys; `aiayn_qkv_colwise` and
 `aiayn_kv_colwise` give each rank the same slice of every block, weight and bias alike, so that it computes whole
 heads of q, k and v. (transformers' `packed_colwise` splits the weight so, but its bias contiguously.) The plan that
-names them is `modeling_aiayn.AiaynStack._tp_plan`.
+names them is `configuration_aiayn.AiaynConfig.base_model_tp_plan`.
 
 This module imports nothing but torch and transformers: `save_pretrained` copies it next to the weights with the
 modeling code, so that a saved folder shards with `trust_remote_code=True` too.
