@@ -131,9 +131,22 @@ def save_hub_folder(
     repo_id: str | None = None,
     **card_fields,
 ) -> ModelCard:
-    """Writes the folder `push_to_hub` would upload: weights, config, generation config, the tokenizer (or a vision
-    model's image processor), modeling code and `README.md` (the card of `model_card`, given `card_fields`). Returns
-    the card."""
+    """Writes the folder `push_to_hub` would upload.
+
+    The folder holds the weights, config, generation config, the tokenizer (or a vision model's image processor),
+    the modeling code and `README.md`, the card of `model_card`.
+
+    Args:
+        model: The model to publish.
+        processor (PreTrainedTokenizerBase | BaseImageProcessor): Its tokenizer, or a vision model's image processor.
+        folder: The folder to write.
+        repo_id: The hub repository the card names.
+        **card_fields (Any): Further arguments of `model_card` (`task`, `datasets`, `metrics`, `training_arguments`,
+            `language`, `license`, `description`).
+
+    Returns:
+        The model card written to `README.md`.
+    """
     model.save_pretrained(folder)
     if processor is not None:
         processor.save_pretrained(folder)
