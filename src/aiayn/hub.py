@@ -63,9 +63,20 @@ def model_card(
 ) -> ModelCard:
     """The model card of `model`: facts gathered here, every sentence in `hub_card/modelcard_template.md`.
 
-    `task` is the pipeline tag (by default the head's), `datasets` the training data, `metrics` the evaluation
-    results by Trainer name (`eval_loss`, `eval_perplexity`, `eval_accuracy`, `eval_bleu`, `eval_chrf`),
-    `training_arguments` the Trainer's arguments as a dict, `description` replaces the card's opening sentence.
+    Args:
+        model: The model the card describes.
+        repo_id: The hub repository the card is for.
+        task: The pipeline tag; by default the head's.
+        datasets: The training data.
+        metrics: Evaluation results by Trainer name (`eval_loss`, `eval_perplexity`, `eval_accuracy`, `eval_bleu`,
+            `eval_chrf`).
+        training_arguments: The Trainer's arguments as a dict.
+        language: The languages of the model's text.
+        license: The license identifier.
+        description: Replaces the card's opening sentence.
+
+    Returns:
+        The card.
     """
     config = model.config
     family = family_of(config.model_type)

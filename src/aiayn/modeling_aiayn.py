@@ -105,11 +105,19 @@ class AiaynFeedForward(nn.Module):
 
 
 class AiaynLayer(GradientCheckpointingLayer):
-    """One layer of a stack (section 3.1): self-attention, encoder-decoder attention (seq2seq decoders only) and the
-    feed-forward network. Each sub-layer is wrapped in dropout and a residual connection (section 5.4), with the
-    norm after the sum, `Norm(x + Dropout(Sublayer(x)))` (post-LN, the paper), or before the sub-layer,
-    `x + Dropout(Sublayer(Norm(x)))` (pre-LN, `config.norm_first`). Each attention scores as `config.attention_score`
-    says (`attention_variants_aiayn`)."""
+    """One layer of a stack (section 3.1): self-attention, encoder-decoder attention and the feed-forward network.
+
+    Each sub-layer is wrapped in dropout and a residual connection (section 5.4), with the norm after the sum,
+    `Norm(x + Dropout(Sublayer(x)))` (post-LN, the paper), or before the sub-layer, `x + Dropout(Sublayer(Norm(x)))`
+    (pre-LN, `config.norm_first`). Each attention scores as `config.attention_score` says (`attention_variants_aiayn`).
+
+    Args:
+        config: The model's config.
+        layer_idx: The layer's index in its stack (which its cache entries and pattern parameters are under).
+        is_causal: Causal self-attention (a decoder's layer) rather than bidirectional.
+        has_cross_attention: Add encoder-decoder attention (seq2seq decoders and decoders with
+            `add_cross_attention`).
+    """
 
     def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()

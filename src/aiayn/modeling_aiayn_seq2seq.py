@@ -284,10 +284,22 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
     ):
         """`GenerationMixin.generate` with the paper's output-length rule (section 6.1: "input length + 50").
 
-        With `max_len_a` and `max_len_b` (in `generation_config`, as the paper presets set them, or as arguments),
-        each output is at most `max_len_a * source_length + max_len_b` tokens long, EOS included, where
-        `source_length` counts the real tokens of its source. Unless `max_new_tokens` or `max_length` is set, the
-        longest of these limits also bounds the loop.
+        With `max_len_a` and `max_len_b` (in `generation_config`, as the paper presets set them, or as arguments), each
+        output is at most `max_len_a * source_length + max_len_b` tokens long, EOS included, where `source_length`
+        counts
+        the real tokens of its source. Unless `max_new_tokens` or `max_length` is set, the longest of these limits also
+        bounds the loop.
+
+        Args:
+            inputs: Source token ids (or `input_ids`/`inputs_embeds` among `kwargs`).
+            generation_config: Replaces the model's `generation_config`.
+            logits_processor: Processors added to those the generation config builds; the length rule adds its own.
+            **kwargs (Any): `generate`'s other arguments and generation parameters, `max_len_a` and `max_len_b`
+                included.
+
+        Returns:
+            output (torch.LongTensor | GenerateOutput): What `GenerationMixin.generate` returns: the generated ids, or
+                a generation output.
         """
         config = generation_config if generation_config is not None else self.generation_config
         max_len_a = kwargs.pop("max_len_a", getattr(config, "max_len_a", None))
