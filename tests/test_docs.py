@@ -4,6 +4,8 @@ they shrink a model or a run to test sizes); every shell block of the tutorials 
 in a shell, but for the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs
 `aiayn demo`, which `tests/test_demo.py` runs at `--quick` size; `pip install` is what the Makefile does)."""
 
+import doctest
+import importlib
 import os
 import re
 import subprocess
@@ -12,12 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SHELL_PAGES = ("getting-started.md", "tutorials/")
 COVERED_ELSEWHERE = ("make ", "pip install")
+# The name of each entry of the reference's tables (or lists) of parameters and fields, as mkdocstrings writes them.
+SECTION_ENTRY = re.compile(
+    r'<(?:tr|li) class="doc-section-item[^"]*">\s*(?:<td>)?\s*(?:<b>)?<code>(?:<span[^>]*>)?([\w*]+)'
+)
 
 
 def blocks(page: Path, language: str) -> list[str]:
@@ -74,3 +81,34 @@ def test_the_site_builds_strictly_with_its_pages_and_the_generated_reference(tmp
     assert "AiaynDecoderForCausalLM" in models
     assert "sliding_window" in configuration and "position_embedding_type" in configuration
     assert "aiayn ablate" in (tmp_path / "reference" / "cli" / "index.html").read_text()
+    # The docstrings are parsed: each config field and each forward argument is an entry of its own, not a paragraph.
+    assert {"d_model", "sliding_window", "position_embedding_type"} <= set(SECTION_ENTRY.findall(configuration))
+    model_entries = SECTION_ENTRY.findall(models)
+    assert {"labels", "skip_logits", "global_attention_mask", "input_ids"} <= set(model_entries)
+    # The heads written once in heads_aiayn show their forward under each family's name.
+    assert 'id="aiayn.modeling_aiayn_encoder.AiaynEncoderForSequenceClassification.forward"' in models
+    # Examples are code, not block quotes.
+    functions = (tmp_path / "reference" / "functions" / "index.html").read_text()
+    for page in (models, configuration, functions):
+        assert "<blockquote>" not in page and "doctest:" not in page
+
+
+def test_the_reference_parses_google_style_docstrings():
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    plugins = {name: options for plugin in site["plugins"] for name, options in
+               (plugin.items() if isinstance(plugin, dict) else [(plugin, None)])}  # fmt: skip
+    assert plugins["mkdocstrings"]["handlers"]["python"]["options"]["docstring_style"] == "google"
+
+
+def modules_with_examples() -> list[str]:
+    package = ROOT / "src" / "aiayn"
+    files = (path for path in package.rglob("*.py") if ">>> " in path.read_text())
+    return sorted(".".join(("aiayn", *path.relative_to(package).with_suffix("").parts)) for path in files)
+
+
+@pytest.mark.parametrize("module", modules_with_examples())
+def test_the_docstring_examples_run(module):
+    """The `>>>` examples of the docstrings (examples that need a trained model or another package are code blocks
+    instead, which the reference shows alike)."""
+    results = doctest.testmod(importlib.import_module(module), raise_on_error=False)
+    assert results.attempted and not results.failed, results

@@ -89,8 +89,24 @@ def average_weights(states: list[dict[str, torch.Tensor]], names: list[str]) -> 
 
 
 def average_checkpoints(folders: list[str], output: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
-    """Averages the checkpoints in `folders` into `output` (see the module docstring). The weights are written to a
-    temporary file and moved into place, so that `output` never holds a half-written checkpoint."""
+    """Averages the weights of checkpoints of one model into a new folder (see the module docstring).
+
+    The weights are written to a temporary file and moved into place, so that `output` never holds a half-written
+    checkpoint.
+
+    Args:
+        folders: At least two checkpoint folders of one model, saved by `save_pretrained` or by the Trainer
+            (`checkpoint-<step>`).
+        output: The folder to write; it gets the last checkpoint's config, generation config, tokenizer and modeling
+            code, with the averaged `model.safetensors`.
+        allow_pickle: Also read pickled weights (`pytorch_model.bin`).
+
+    Returns:
+        The averaged state dict, each tensor in its checkpoints' dtype (the mean is taken in float32).
+
+    Raises:
+        ValueError: With fewer than two folders, or checkpoints of different model families.
+    """
     if len(folders) < 2:
         raise ValueError("Averaging needs at least two checkpoints.")
     model_types = {folder: _model_type(folder) for folder in folders}

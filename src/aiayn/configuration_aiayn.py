@@ -32,13 +32,25 @@ GATED_PREFIX = "gated-"
 
 
 def split_activation(hidden_act: str) -> tuple[str, bool]:
-    """Returns `(activation, is_gated)` for a `hidden_act` value.
+    """Splits a `hidden_act` value into its activation and whether it is gated.
 
     `"relu"`, `"gelu"` (erf, BERT), `"gelu_new"` (the tanh approximation as GPT-2 and T5 compute it),
     `"gelu_pytorch_tanh"` (the same function in torch's fused kernel: faster and lighter in training, equal up to
     rounding) and `"silu"` are plain activations;
     `"geglu"`, `"swiglu"`, `"reglu"` and `"gated-<activation>"` are their gated forms `act(x W) * (x V)`
     (Shazeer, 2020). T5 v1.1 is `"gated-gelu_new"`.
+
+    Args:
+        hidden_act: A config's `hidden_act`.
+
+    Returns:
+        `(activation, is_gated)`.
+
+    Examples:
+        >>> split_activation("swiglu")
+        ('silu', True)
+        >>> split_activation("gated-gelu_new")
+        ('gelu_new', True)
     """
     if hidden_act in GATED_ACTIVATION_ALIASES:
         return GATED_ACTIVATION_ALIASES[hidden_act], True
@@ -79,59 +91,60 @@ def activation_name(value: str):
 
 @strict
 class AiaynConfig(PreTrainedConfig):
-    r"""
-    Fields shared by the four families: the stack's sizes, attention, layers and regularisation. Standard
-    transformers names work as aliases: `hidden_size` (`d_model`), `num_attention_heads` (`num_heads`),
-    `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and `head_dim` (`d_kv`).
+    r"""Fields shared by the four families: the stack's sizes, attention, layers and regularisation.
 
-    Sizes:
-        d_model: width of every sub-layer output and of the embeddings (the paper's d_model = 512).
-        num_heads: attention heads h (paper: 8).
-        d_kv: size of each head's queries, keys and values, d_k = d_v (paper: d_model / h = 64). Defaults to
+    Standard transformers names work as aliases: `hidden_size` (`d_model`), `num_attention_heads` (`num_heads`),
+    `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and `head_dim` (`d_kv`). The fields come in four
+    groups, in this order: sizes; attention (`attention_variants_aiayn` lists the patterns and scores these fields
+    choose); layers; regularisation and initialisation.
+
+    Attributes:
+        d_model: Width of every sub-layer output and of the embeddings (the paper's d_model = 512).
+        num_heads: Attention heads h (paper: 8).
+        d_kv: Size of each head's queries, keys and values, d_k = d_v (paper: d_model / h = 64). Defaults to
             `d_model // num_heads`; T5 allows `num_heads * d_kv != d_model`.
-        d_ff: inner size of the position-wise feed-forward network, eq. (2) (paper: 2048).
-        num_layers: layers N of the (encoder) stack (paper: 6).
-
-    Attention (`attention_variants_aiayn` lists the patterns and scores these fields choose):
-        scale_attention: multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
+        d_ff: Inner size of the position-wise feed-forward network, eq. (2) (paper: 2048).
+        num_layers: Layers N of the (encoder) stack (paper: 6).
+        scale_attention: Multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
             turns it off.
-        attention_score: how a query scores a key: `"dot_product"`, eq. (1) (`scale_attention` applies to it), or
+        attention_score: How a query scores a key: `"dot_product"`, eq. (1) (`scale_attention` applies to it), or
             `"additive"`, Bahdanau's `v^T tanh(q + k)` per head with a learned `v` of size d_k, the alternative
             section 3.2.1 weighs (`additive_attention_aiayn`; with attn_implementation "eager" or "sdpa").
-        sliding_window: local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
+        sliding_window: Local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
             semantics): a causal position attends to the `sliding_window` most recent positions, itself included
-            (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side (Longformer's
-            window). None (the default) is the paper's full attention. Encoder-decoder attention stays full; decoding
-            caches keep at most `sliding_window` keys and values per layer; encoders also take a
+            (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side
+            (Longformer's window). None (the default) is the paper's full attention. Encoder-decoder attention stays
+            full; decoding caches keep at most `sliding_window` keys and values per layer; encoders also take a
             `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
             block, at a cost linear in their length (`local_attention_aiayn`).
         attention_random_blocks: BigBird's random attention (Zaheer et al., 2020) on top of `sliding_window` and
             global tokens: each block of queries also attends to this many blocks of keys outside its window, drawn
             per layer and per block from `attention_random_seed` (past blocks only in causal stacks); None: none.
-        attention_random_seed: the seed of those draws, saved with the config: the same model attends to the same
+        attention_random_seed: The seed of those draws, saved with the config: the same model attends to the same
             blocks in every process, in training and in evaluation.
         linformer_k: Linformer (Wang et al., 2020) in bidirectional stacks: keys and values projected along the
             sequence to `linformer_k` rows by a learned map over `max_position_embeddings` positions per layer
             (`linformer_aiayn`); None: none. A seq2seq decoder attends fully; decoder-only models refuse it.
-
-    Layers:
         norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
             T5's pre-LN, `x + Sublayer(Norm(x))`, with a final norm after the stack.
         norm_type: `"layernorm"` (the paper, BERT, GPT-2) or `"rmsnorm"` (T5: no mean, no bias).
-        layer_norm_eps: epsilon of every norm (BERT 1e-12, GPT-2 1e-5, T5 1e-6).
-        hidden_act: activation of the feed-forward network: `"relu"` (the paper, T5 v1.0), `"gelu"` (BERT),
+        layer_norm_eps: Epsilon of every norm (BERT 1e-12, GPT-2 1e-5, T5 1e-6).
+        hidden_act: Activation of the feed-forward network: `"relu"` (the paper, T5 v1.0), `"gelu"` (BERT),
             `"gelu_new"` (GPT-2's formula), `"gelu_pytorch_tanh"` (the same function, fused), `"silu"`, or a gated
             form `"geglu"`, `"swiglu"`, `"reglu"`, `"gated-<act>"` (T5 v1.1: `"gated-gelu_new"`).
-        use_bias: biases in the linear projections and norms (the paper, BERT, GPT-2) or none (T5).
-
-    Regularisation and initialisation:
-        dropout: residual dropout on every sub-layer output and on the embedding sum (the paper's P_drop = 0.1).
-        attention_dropout: dropout on the attention probabilities.
-        activation_dropout: dropout after the feed-forward activation (T5).
-        classifier_dropout: dropout before classification heads; defaults to `dropout`.
-        initializer_range: standard deviation of the normal initialisation of weights. Token embeddings that are
+        use_bias: Biases in the linear projections and norms (the paper, BERT, GPT-2) or none (T5).
+        dropout: Residual dropout on every sub-layer output and on the embedding sum (the paper's P_drop = 0.1).
+        attention_dropout: Dropout on the attention probabilities.
+        activation_dropout: Dropout after the feed-forward activation (T5).
+        classifier_dropout: Dropout before classification heads; defaults to `dropout`.
+        initializer_range: Standard deviation of the normal initialisation of weights. Token embeddings that are
             scaled by sqrt(d_model) are drawn with standard deviation d_model^-0.5 instead, as in the paper's
             tensor2tensor code, so that the scaled embeddings and the sinusoids have the same magnitude.
+
+    Examples:
+        >>> config = AiaynConfig(d_model=256, num_heads=4)
+        >>> config.d_kv, config.hidden_size
+        (64, 256)
     """
 
     model_type = ""
@@ -247,30 +260,28 @@ class AiaynConfig(PreTrainedConfig):
 
 @strict
 class AiaynTextConfig(AiaynConfig):
-    r"""
-    Fields of the three text families (encoder, decoder, seq2seq): the vocabulary, the token embeddings, the
-    positions of tokens and the special tokens.
+    r"""Fields of the three text families (encoder, decoder, seq2seq): the vocabulary, the token embeddings, the
+    positions of tokens and the special tokens, besides those of `AiaynConfig`.
 
-    vocab_size: number of tokens; the paper's WMT'14 En-De model shares a 37000-token BPE vocabulary.
-    max_position_embeddings: rows of the learned position table; for the other position types, the longest sequence
-        the model was trained for (they run past it).
-
-    Positions:
-        position_embedding_type: `"sinusoidal"` (the paper, section 3.5), `"learned"` (BERT, GPT-2; also the paper's
-            Table 3 row E), `"relative"` (T5's bucketed bias added to the attention logits, one table per stack
-            shared by its layers), `"rotary"` (RoPE, Su et al. 2021) or `"none"`.
-        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketing (32 and 128); only with
-            relative positions.
-        rope_theta: base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
-
-    Embeddings:
-        scale_embedding: multiply token embeddings by sqrt(d_model) (the paper, section 3.4).
-        embedding_norm: normalise the sum of token, position and token-type embeddings (BERT).
-        type_vocab_size: number of token types (BERT's segment embeddings: 2); 0 for none.
-        tie_word_embeddings: share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
-        scale_decoder_outputs: multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
-
-    Special tokens: pad_token_id, bos_token_id, eos_token_id (one id, or a list of ids that all end generation).
+    Attributes:
+        vocab_size: Number of tokens; the paper's WMT'14 En-De model shares a 37000-token BPE vocabulary.
+        max_position_embeddings: Rows of the learned position table; for the other position types, the longest
+            sequence the model was trained for (they run past it).
+        position_embedding_type: `"sinusoidal"` (the paper, section 3.5), `"learned"` (BERT, GPT-2; also the
+            paper's Table 3 row E), `"relative"` (T5's bucketed bias added to the attention logits, one table per
+            stack shared by its layers), `"rotary"` (RoPE, Su et al. 2021) or `"none"`.
+        relative_attention_num_buckets: T5's number of relative-position buckets (32); only with relative positions.
+        relative_attention_max_distance: T5's largest distance told apart by the buckets (128); only with relative
+            positions.
+        rope_theta: Base of the rotary frequencies (10000, as the paper's sinusoids); only with rotary positions.
+        scale_embedding: Multiply token embeddings by sqrt(d_model) (the paper, section 3.4).
+        embedding_norm: Normalise the sum of token, position and token-type embeddings (BERT).
+        type_vocab_size: Number of token types (BERT's segment embeddings: 2); 0 for none.
+        tie_word_embeddings: Share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
+        scale_decoder_outputs: Multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
+        pad_token_id: The padding token.
+        bos_token_id: The token that begins a sequence.
+        eos_token_id: The token that ends a sequence: one id, or a list of ids that all end generation.
     """
 
     model_type = ""
@@ -350,12 +361,13 @@ class AiaynEncoderConfig(AiaynTextConfig):
 
 @strict
 class AiaynGenerativeConfig(AiaynTextConfig):
-    """Fields of the families that generate text.
+    """Fields of the families that generate text, besides those of `AiaynTextConfig`.
 
-    use_cache: return keys and values of past positions (a `Cache`) so that decoding reuses them.
-    generation_defaults: `GenerationConfig` fields that models built from this config start with in
-        `model.generation_config` (the paper presets: beam search of width 4 with length penalty 0.6). A saved
-        `generation_config.json` takes precedence.
+    Attributes:
+        use_cache: Return keys and values of past positions (a `Cache`) so that decoding reuses them.
+        generation_defaults: `GenerationConfig` fields that models built from this config start with in
+            `model.generation_config` (the paper presets: beam search of width 4 with length penalty 0.6). A saved
+            `generation_config.json` takes precedence.
     """
 
     model_type = ""
@@ -386,11 +398,12 @@ class AiaynGenerativeConfig(AiaynTextConfig):
 class AiaynDecoderConfig(AiaynGenerativeConfig):
     """GPT-style decoder-only models: a causal stack with a language-model head.
 
-    add_cross_attention: give every layer encoder-decoder attention (the seq2seq decoder's blocks, section 3.2.3), as
-        GPT-2's and BERT's field does: the model then reads `encoder_hidden_states`, as the decoder of transformers'
-        `EncoderDecoderModel` and `VisionEncoderDecoderModel` (which set it) does.
-    is_decoder: True, as transformers' wrappers set it. A GPT-style stack is causal whatever the field says: `False`
-        (transformers' generic testers and GPT-2's config pass it) builds the same causal decoder.
+    Attributes:
+        add_cross_attention: Give every layer encoder-decoder attention (the seq2seq decoder's blocks, section
+            3.2.3), as GPT-2's and BERT's field does: the model then reads `encoder_hidden_states`, as the decoder of
+            transformers' `EncoderDecoderModel` and `VisionEncoderDecoderModel` (which set it) does.
+        is_decoder: True, as transformers' wrappers set it. A GPT-style stack is causal whatever the field says:
+            `False` (transformers' generic testers and GPT-2's config pass it) builds the same causal decoder.
     """
 
     model_type = "aiayn_decoder"
@@ -404,10 +417,14 @@ class AiaynDecoderConfig(AiaynGenerativeConfig):
 class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """T5-style encoder-decoder models; the defaults are the paper's base translation model.
 
-    num_decoder_layers: layers of the decoder stack; defaults to `num_layers`.
-    decoder_start_token_id: first decoder input, to which labels are shifted right (T5 and Marian use the pad token).
-    generation_defaults: may also hold `max_len_a` and `max_len_b`: each output is then at most
-        `max_len_a * source_length + max_len_b` tokens long (the paper: input length + 50).
+    Attributes:
+        is_encoder_decoder: True: an encoder stack and a decoder stack.
+        num_decoder_layers: Layers of the decoder stack; defaults to `num_layers`.
+        decoder_start_token_id: First decoder input, to which labels are shifted right (T5 and Marian use the pad
+            token).
+        generation_defaults: As in `AiaynGenerativeConfig`, and may also hold `max_len_a` and `max_len_b`: each
+            output is then at most `max_len_a * source_length + max_len_b` tokens long (the paper: input length +
+            50).
 
     The encoder and the decoder always share one token embedding (the paper's shared source-target vocabulary);
     `tie_word_embeddings` also shares it with the pre-softmax projection, the paper's three-way sharing.
@@ -448,17 +465,24 @@ class AiaynVisionConfig(AiaynConfig):
     projected to d_model, is the sequence the encoder stack reads. The defaults are ViT's: pre-LN, erf GELU, LayerNorm
     eps 1e-12, learned positions, no dropout.
 
-    image_size: side of the (square) images the model is built for, in pixels; `interpolate_pos_encoding=True` runs
-        other sizes.
-    patch_size: side of a patch; `image_size` must be a multiple of it.
-    num_channels: channels of the input images (3 for RGB).
-    pooling: `"cls"` (ViT: a learned class token first in the sequence, whose final state stands for the image) or
-        `"mean"` (the mean of the patches' final states, without a class token).
-    position_embedding_type: `"learned"` (ViT: one vector per patch, interpolated bicubically for other sizes),
-        `"sinusoidal"` (the paper's encodings over the patch index), `"sinusoidal_2d"` (half of the channels encode the
-        patch's row, half its column, each with the paper's sinusoids) or `"none"`.
-    encoder_stride: the upsampling factor of the masked-image-modelling decoder; defaults to `patch_size`, which it
-        must equal for the reconstruction to have the image's size.
+    Attributes:
+        image_size: Side of the (square) images the model is built for, in pixels; `interpolate_pos_encoding=True`
+            runs other sizes.
+        patch_size: Side of a patch; `image_size` must be a multiple of it.
+        num_channels: Channels of the input images (3 for RGB).
+        pooling: `"cls"` (ViT: a learned class token first in the sequence, whose final state stands for the image)
+            or `"mean"` (the mean of the patches' final states, without a class token).
+        encoder_stride: The upsampling factor of the masked-image-modelling decoder; defaults to `patch_size`, which
+            it must equal for the reconstruction to have the image's size.
+        position_embedding_type: `"learned"` (ViT: one vector per patch, interpolated bicubically for other sizes),
+            `"sinusoidal"` (the paper's encodings over the patch index), `"sinusoidal_2d"` (half of the channels
+            encode the patch's row, half its column, each with the paper's sinusoids) or `"none"`.
+        norm_first: As in `AiaynConfig`; True here (ViT's pre-LN).
+        layer_norm_eps: As in `AiaynConfig`; 1e-12 here (ViT).
+        hidden_act: As in `AiaynConfig`; `"gelu"` here (ViT).
+        dropout: As in `AiaynConfig`; 0 here (ViT).
+        attention_dropout: As in `AiaynConfig`; 0 here (ViT).
+        activation_dropout: As in `AiaynConfig`; 0 here (ViT).
     """
 
     model_type = "aiayn_vision"
@@ -712,10 +736,24 @@ PRESETS: dict[str, tuple[str, dict]] = {
 def preset_config(name: str, **overrides) -> AiaynConfig:
     """The config of preset `name` (see `PRESETS`), of the right family, with `overrides` applied.
 
-    >>> preset_config("transformer-base").d_model
-    512
-    >>> preset_config("gpt2-small", num_layers=2).model_type
-    'aiayn_decoder'
+    Args:
+        name: One of `PRESETS`: `"transformer-base"` and `"transformer-big"` (the paper's Table 3), `"bert-base"`,
+            `"gpt2-small"`, `"t5-small"`, `"vit-base"`, and the test sizes `"tiny"`, `"tiny-encoder"`,
+            `"tiny-decoder"` and `"tiny-vision"`.
+        **overrides (Any): Config fields that replace the preset's values.
+
+    Returns:
+        A config of the preset's family (`AiaynSeq2SeqConfig`, `AiaynEncoderConfig`, `AiaynDecoderConfig` or
+        `AiaynVisionConfig`).
+
+    Raises:
+        ValueError: For a name that is not a preset.
+
+    Examples:
+        >>> preset_config("transformer-base").d_model
+        512
+        >>> preset_config("gpt2-small", num_layers=2).model_type
+        'aiayn_decoder'
     """
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}; the presets are {sorted(PRESETS)}.")

@@ -455,8 +455,18 @@ def _aiayn_config(model: PreTrainedModel) -> AiaynConfig:
 
 
 def convert_from_hf(model: PreTrainedModel) -> AiaynPreTrainedModel:
-    """The aiayn model equivalent to transformers' `model` (one of `SUPPORTED_MODELS`), with its weights and, for
-    generating heads, its generation config. Eval and training mode follow `model`."""
+    """Converts a transformers model in memory into the equivalent aiayn model.
+
+    Args:
+        model: A transformers model of one of `SUPPORTED_MODELS` (BERT, GPT-2, T5, BART, ViT and their heads).
+
+    Returns:
+        The aiayn model with `model`'s weights and, for generating heads, its generation config. Eval and training mode
+        follow `model`.
+
+    Raises:
+        ValueError: For a model that is not one of `SUPPORTED_MODELS`, or whose weights do not all find their place.
+    """
     import aiayn
 
     name = type(model).__name__
@@ -486,9 +496,27 @@ def convert_from_hf(model: PreTrainedModel) -> AiaynPreTrainedModel:
 
 
 def convert_checkpoint(source: str, destination: str, allow_pickle: bool = False) -> AiaynPreTrainedModel:
-    """Converts the transformers model saved in folder `source` (with its tokenizer or image processor, where it has
-    one) into a folder `destination` that loads with aiayn installed or with `trust_remote_code=True`. Pickled weights
-    (`pytorch_model.bin`) are only read with `allow_pickle`, and then with `torch.load(weights_only=True)`."""
+    """Converts the transformers model saved in a folder into an aiayn folder.
+
+    The new folder loads with aiayn installed or with `trust_remote_code=True`; the source's tokenizer or image
+    processor, where it has one, is saved with it.
+
+    Args:
+        source: Folder of a transformers model saved by `save_pretrained`.
+        destination: Folder to write the aiayn model to.
+        allow_pickle: Read pickled weights (`pytorch_model.bin`), with `torch.load(weights_only=True)`; without it,
+            only safetensors are read.
+
+    Returns:
+        The converted model.
+
+    Examples:
+        ```py
+        from aiayn.conversion import convert_checkpoint
+
+        convert_checkpoint("saved-bert", "bert-aiayn")
+        ```
+    """
     config_path = os.path.join(source, "config.json")
     if not os.path.isfile(config_path):
         raise ValueError(f"{source} is not a saved model: it has no config.json.")

@@ -301,14 +301,34 @@ def export_ctranslate2(
     max_positions: int | None = None,
     tokenizer=None,
 ) -> str:
-    """Writes the CTranslate2 model of `source` to `output_dir`, with weights of type `quantization`
-    (`QUANTIZATIONS`), and the tokenizer and generation config beside it. `source` is a saved aiayn folder (whose
-    tokenizer is used unless `tokenizer` is given) or a model in memory (with its `tokenizer`). The folder is written
-    under a temporary name and renamed when complete; an existing `output_dir` is replaced only with `force`.
-    Returns `output_dir`.
+    """Writes the CTranslate2 model of `source` to `output_dir`, with the tokenizer and generation config beside it.
 
-    >>> export_ctranslate2("runs/demo/transformer-en-de", "en-de-ct2", quantization="int8")  # doctest: +SKIP
-    >>> translator = ctranslate2.Translator("en-de-ct2")  # doctest: +SKIP
+    The folder is written under a temporary name and renamed when complete.
+
+    Args:
+        source: A saved aiayn folder (whose tokenizer is used unless `tokenizer` is given) or a model in memory.
+        output_dir: The folder to write; an existing one is replaced only with `force`.
+        quantization: Type of the weights, one of `QUANTIZATIONS` (`"float32"`, `"int8"`, `"int8_float32"`).
+        force: Replace an existing `output_dir`.
+        max_positions: Rows of the position table written for sinusoidal and absent positions (default: the
+            config's `max_position_embeddings`): the engine refuses longer inputs and outputs.
+        tokenizer (PreTrainedTokenizerBase | None): The tokenizer, needed for a model in memory.
+
+    Returns:
+        `output_dir`.
+
+    Raises:
+        ValueError: For an unknown quantization, a model in memory without its tokenizer, or options CTranslate2
+            cannot express (`unsupported_options`).
+        FileExistsError: When `output_dir` exists and `force` is not set.
+
+    Examples:
+        ```py
+        import ctranslate2
+
+        export_ctranslate2("runs/demo/transformer-en-de", "en-de-ct2", quantization="int8")
+        translator = ctranslate2.Translator("en-de-ct2")
+        ```
     """
     output_dir = os.fspath(output_dir)
     if quantization not in QUANTIZATIONS:

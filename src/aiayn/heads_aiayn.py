@@ -141,12 +141,28 @@ class AiaynForSequenceClassification(AiaynHeadModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Encoders only: 1 at global tokens (see `AiaynStack.forward`). With a sliding window, an encoder makes its
-            pooled first token global unless this is given.
+        """Scores each sequence from the features that stand for it.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            labels: Class indices of shape `(batch_size,)`, or float targets for regression (`num_labels == 1`) and
+                multi-label classification.
+            global_attention_mask: Encoders only: 1 at global tokens, 0 elsewhere, of shape
+                `(batch_size, sequence_length)` (see `AiaynStack.forward`). With a sliding window, an encoder makes its
+                pooled first token global unless this is given.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            The family's `output_class` (`SequenceClassifierOutput`; `SequenceClassifierOutputWithPast` for decoders,
+            `Seq2SeqSequenceClassifierOutput` for seq2seq models) with `loss` (given `labels`), `logits` of shape
+            `(batch_size, num_labels)`, and what the base model returned (hidden states, attentions, cache).
         """
         outputs, ids, mask = self.base_model_outputs(
             input_ids,
@@ -186,11 +202,26 @@ class AiaynForTokenClassification(AiaynHeadModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            A class index per token; -100 for tokens that have none.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Encoders only: 1 at global tokens (see `AiaynStack.forward`).
+        """Scores each token.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            labels: A class index per token, of shape `(batch_size, sequence_length)`; -100 for tokens that have none.
+            global_attention_mask: Encoders only: 1 at global tokens, 0 elsewhere, of shape
+                `(batch_size, sequence_length)` (see `AiaynStack.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `TokenClassifierOutput` with `loss` (given `labels`), `logits` of shape
+            `(batch_size, sequence_length, num_labels)`, and what the base model returned (hidden states, attentions,
+            cache).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
@@ -235,11 +266,28 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ModelOutput:
-        r"""
-        start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Token indices of the answer span; positions outside the sequence are ignored.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Encoders only: 1 at global tokens, such as the question's (see `AiaynStack.forward`).
+        """Scores each token as the start and as the end of the answer.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            start_positions: Token index of each answer's start, of shape `(batch_size,)`; positions outside the
+                sequence are ignored.
+            end_positions: Token index of each answer's end, of shape `(batch_size,)`.
+            global_attention_mask: Encoders only: 1 at global tokens, such as the question's, of shape
+                `(batch_size, sequence_length)` (see `AiaynStack.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            The family's `output_class` (`QuestionAnsweringModelOutput`; `Seq2SeqQuestionAnsweringModelOutput` for
+            seq2seq models) with `loss` (given both positions), `start_logits` and `end_logits` of shape
+            `(batch_size, sequence_length)`, and what the base model returned (hidden states, attentions, cache).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
@@ -284,14 +332,26 @@ class AiaynForMultipleChoice(AiaynHeadModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
-        r"""
-        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
-            One sequence per choice; the other inputs have the same leading dimensions.
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Index of the correct choice.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
-            1 at global tokens (see `AiaynStack.forward`); with a sliding window, the pooled first token of each
-            choice is global unless this is given.
+        """Scores each choice from the features that stand for it.
+
+        Args:
+            input_ids: One sequence per choice, of shape `(batch_size, num_choices, sequence_length)`; the other inputs
+                have the same leading dimensions.
+            attention_mask: 1 at the tokens to attend to, 0 at padding.
+            token_type_ids: Segment ids (BERT's sentences A and B).
+            position_ids: Position of each token.
+            inputs_embeds: Token embeddings, in place of `input_ids`, of shape
+                `(batch_size, num_choices, sequence_length, d_model)`.
+            labels: Index of the correct choice, of shape `(batch_size,)`.
+            global_attention_mask: 1 at global tokens, of shape `(batch_size, num_choices, sequence_length)` (see
+                `AiaynStack.forward`); with a sliding window, the pooled first token of each choice is global unless
+                this is given.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `MultipleChoiceModelOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_choices)`,
+            and what the base model returned (hidden states, attentions, cache).
         """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, global_attention_mask)

@@ -63,9 +63,20 @@ def model_card(
 ) -> ModelCard:
     """The model card of `model`: facts gathered here, every sentence in `hub_card/modelcard_template.md`.
 
-    `task` is the pipeline tag (by default the head's), `datasets` the training data, `metrics` the evaluation
-    results by Trainer name (`eval_loss`, `eval_perplexity`, `eval_accuracy`, `eval_bleu`, `eval_chrf`),
-    `training_arguments` the Trainer's arguments as a dict, `description` replaces the card's opening sentence.
+    Args:
+        model: The model the card describes.
+        repo_id: The hub repository the card is for.
+        task: The pipeline tag; by default the head's.
+        datasets: The training data.
+        metrics: Evaluation results by Trainer name (`eval_loss`, `eval_perplexity`, `eval_accuracy`, `eval_bleu`,
+            `eval_chrf`).
+        training_arguments: The Trainer's arguments as a dict.
+        language: The languages of the model's text.
+        license: The license identifier.
+        description: Replaces the card's opening sentence.
+
+    Returns:
+        The card.
     """
     config = model.config
     family = family_of(config.model_type)
@@ -131,9 +142,22 @@ def save_hub_folder(
     repo_id: str | None = None,
     **card_fields,
 ) -> ModelCard:
-    """Writes the folder `push_to_hub` would upload: weights, config, generation config, the tokenizer (or a vision
-    model's image processor), modeling code and `README.md` (the card of `model_card`, given `card_fields`). Returns
-    the card."""
+    """Writes the folder `push_to_hub` would upload.
+
+    The folder holds the weights, config, generation config, the tokenizer (or a vision model's image processor),
+    the modeling code and `README.md`, the card of `model_card`.
+
+    Args:
+        model: The model to publish.
+        processor (PreTrainedTokenizerBase | BaseImageProcessor): Its tokenizer, or a vision model's image processor.
+        folder: The folder to write.
+        repo_id: The hub repository the card names.
+        **card_fields (Any): Further arguments of `model_card` (`task`, `datasets`, `metrics`, `training_arguments`,
+            `language`, `license`, `description`).
+
+    Returns:
+        The model card written to `README.md`.
+    """
     model.save_pretrained(folder)
     if processor is not None:
         processor.save_pretrained(folder)

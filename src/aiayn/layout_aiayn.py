@@ -70,12 +70,23 @@ def _set_layout(weight: nn.Parameter, transposed: bool):
 
 @contextmanager
 def decoding_layout(model: nn.Module):
-    """Inside the block, the weights a decoding step of `model` reads are stored in the layout a single-row product
-    reads faster (see the module's docstring); on leaving it, in the standard layout again. Values, shapes, parameter
-    objects and ties are unchanged throughout.
+    """Stores the weights a decoding step of `model` reads in the layout a single-row product reads faster, for the
+    length of a `with` block.
 
-    >>> with decoding_layout(model):
-    ...     tokens = model.generate(prompt, max_new_tokens=64)
+    On leaving the block the weights are in the standard layout again (see the module's docstring). Values, shapes,
+    parameter objects and ties are unchanged throughout.
+
+    Args:
+        model: The model that decodes inside the block.
+
+    Yields:
+        model (nn.Module): The model, its weights laid out for decoding.
+
+    Examples:
+        ```py
+        with decoding_layout(model):
+            tokens = model.generate(prompt, max_new_tokens=64)
+        ```
     """
     weights = {id(weight): weight for weight in laid_out_weights(model) if not is_transposed(weight)}.values()
     for weight in weights:

@@ -105,11 +105,19 @@ class AiaynFeedForward(nn.Module):
 
 
 class AiaynLayer(GradientCheckpointingLayer):
-    """One layer of a stack (section 3.1): self-attention, encoder-decoder attention (seq2seq decoders only) and the
-    feed-forward network. Each sub-layer is wrapped in dropout and a residual connection (section 5.4), with the
-    norm after the sum, `Norm(x + Dropout(Sublayer(x)))` (post-LN, the paper), or before the sub-layer,
-    `x + Dropout(Sublayer(Norm(x)))` (pre-LN, `config.norm_first`). Each attention scores as `config.attention_score`
-    says (`attention_variants_aiayn`)."""
+    """One layer of a stack (section 3.1): self-attention, encoder-decoder attention and the feed-forward network.
+
+    Each sub-layer is wrapped in dropout and a residual connection (section 5.4), with the norm after the sum,
+    `Norm(x + Dropout(Sublayer(x)))` (post-LN, the paper), or before the sub-layer, `x + Dropout(Sublayer(Norm(x)))`
+    (pre-LN, `config.norm_first`). Each attention scores as `config.attention_score` says (`attention_variants_aiayn`).
+
+    Args:
+        config: The model's config.
+        layer_idx: The layer's index in its stack (which its cache entries and pattern parameters are under).
+        is_causal: Causal self-attention (a decoder's layer) rather than bidirectional.
+        has_cross_attention: Add encoder-decoder attention (seq2seq decoders and decoders with
+            `add_cross_attention`).
+    """
 
     def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, has_cross_attention: bool):
         super().__init__()
@@ -346,11 +354,19 @@ def prepare_cache(
 
 
 class AiaynStack(AiaynPreTrainedModel):
-    """Embeddings and `num_layers` layers (Figure 1): the encoder (bidirectional self-attention) or the decoder
-    (causal self-attention and, with `has_cross_attention`, encoder-decoder attention). Pre-LN stacks end with a
-    final norm. The attention pattern, the position bias (relative) and the rotation (rotary) are prepared once per
-    call and shared by the layers. A stack without a token table (`embed_tokens=None`: the vision family, whose
-    patches come embedded) reads `inputs_embeds` as they are.
+    """Embeddings and `num_layers` layers (Figure 1).
+
+    The encoder (bidirectional self-attention) or the decoder (causal self-attention and, with `has_cross_attention`,
+    encoder-decoder attention). Pre-LN stacks end with a final norm. The attention pattern, the position bias
+    (relative) and the rotation (rotary) are prepared once per call and shared by the layers.
+
+    Args:
+        config: The model's config.
+        embed_tokens: The token table, or None for a stack that reads `inputs_embeds` as they are (the vision family,
+            whose patches come embedded).
+        num_layers: Number of layers.
+        is_causal: Causal self-attention (a decoder) rather than bidirectional (an encoder).
+        has_cross_attention: Give every layer encoder-decoder attention over `encoder_hidden_states`.
     """
 
     _can_record_outputs = {
@@ -405,10 +421,34 @@ class AiaynStack(AiaynPreTrainedModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        r"""
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Bidirectional stacks only: 1 marks the global tokens (Longformer), which attend to every position and which
-            every position attends to, whatever `sliding_window`; 0 the tokens that attend within their window.
+        """Runs the embeddings and the layers.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            encoder_hidden_states: The states encoder-decoder attention reads, of shape
+                `(batch_size, source_length, d_model)` (stacks with `has_cross_attention`).
+            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
+                `(batch_size, source_length)`.
+            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
+                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
+                length, or from the 2D `attention_mask` when given.
+            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
+                `config.use_cache`.
+            global_attention_mask: Bidirectional stacks only: 1 marks the global tokens (Longformer), which attend to
+                every position and which every position attends to, whatever `sliding_window`; 0 the tokens that attend
+                within their window. Shape `(batch_size, sequence_length)`.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` and, when asked for,
+            `hidden_states`, `attentions` and `cross_attentions`.
         """
         cache = prepare_cache(self.config, cache, use_cache, self.is_causal, self.has_cross_attention)
         past_length = cached_length(cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache)

@@ -76,17 +76,33 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        r"""
-        cache (`Cache`, *optional*):
-            Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention an
-            `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its length,
-            or from the 2D `attention_mask` when given.
-        encoder_hidden_states (`torch.Tensor` of shape `(batch_size, source_length, d_model)`, *optional*):
-            The states encoder-decoder attention reads (`config.add_cross_attention`; refused otherwise).
-        encoder_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
-            The padding mask of `encoder_hidden_states`.
-        global_attention_mask (`torch.Tensor`, *optional*):
-            Refused with a `ValueError`: global tokens attend to later positions, which a causal decoder does not.
+        """Runs the causal stack over a batch of sequences (or their next positions, with a cache).
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
+                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
+                length, or from the 2D `attention_mask` when given.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
+                `config.use_cache`.
+            encoder_hidden_states: The states encoder-decoder attention reads, of shape
+                `(batch_size, source_length, d_model)` (`config.add_cross_attention`; refused otherwise).
+            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
+                `(batch_size, source_length)`.
+            global_attention_mask: Refused with a `ValueError`: global tokens attend to later positions, which a causal
+                decoder does not.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` (with `use_cache`) and,
+            when asked for, `hidden_states`, `attentions` and `cross_attentions`.
         """
         outputs = self.decoder(
             input_ids=input_ids,
@@ -138,16 +154,38 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
         encoder_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Usually the `input_ids`; the model shifts them, so position i is scored on token i + 1. -100 is ignored.
-        logits_to_keep (`int` or `torch.Tensor`, *optional*):
-            Compute logits for the last `logits_to_keep` positions only (0: all), or for the given indices.
-        skip_logits (`bool`, *optional*):
-            Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
-            when training with labels; `False` returns the logits.
-        encoder_hidden_states, encoder_attention_mask (`torch.Tensor`, *optional*):
-            The states encoder-decoder attention reads and their padding mask (see `AiaynDecoderModel.forward`).
+        """Scores the next token at every position.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
+                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
+                length, or from the 2D `attention_mask` when given.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            labels: Usually the `input_ids`, of shape `(batch_size, sequence_length)`; the model shifts them, so
+                position i is scored on token i + 1. -100 is ignored.
+            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
+                `config.use_cache`.
+            logits_to_keep: Compute logits for the last `logits_to_keep` positions only (0: all), or for the given
+                indices.
+            skip_logits: Compute the loss without the logits, a chunk of positions at a time (`logits` is then None).
+                By default when training with labels; `False` returns the logits.
+            encoder_hidden_states: The states encoder-decoder attention reads, of shape
+                `(batch_size, source_length, d_model)` (`config.add_cross_attention`; refused otherwise).
+            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
+                `(batch_size, source_length)`.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `CausalLMOutputWithCrossAttentions` with `loss` (given `labels`), `logits` of shape
+            `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned (hidden
+            states, attentions, cache).
         """
         outputs = self.model(
             input_ids=input_ids,

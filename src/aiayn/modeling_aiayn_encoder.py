@@ -66,7 +66,12 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
 
 
 class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
-    """The bidirectional encoder stack; with `add_pooling_layer`, also BERT's pooled first-token output."""
+    """The bidirectional encoder stack; with `add_pooling_layer`, also BERT's pooled first-token output.
+
+    Args:
+        config: The model's config.
+        add_pooling_layer: Add BERT's pooler (dense and tanh over the first position's final state).
+    """
 
     def __init__(self, config: AiaynEncoderConfig, add_pooling_layer: bool = True):
         super().__init__(config)
@@ -92,10 +97,25 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-        r"""
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 at global tokens, which attend to every position and which every position attends to, whatever
-            `config.sliding_window` (Longformer); 0 at tokens that attend within their window.
+        """Encodes a batch of sequences.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            global_attention_mask: 1 at global tokens, which attend to every position and which every position attends
+                to, whatever `config.sliding_window` (Longformer); 0 at tokens that attend within their window. Shape
+                `(batch_size, sequence_length)`.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `BaseModelOutputWithPoolingAndCrossAttentions` with `last_hidden_state`, `pooler_output` (with the
+            pooler) and, when asked for, `hidden_states` and `attentions`.
         """
         outputs = self.encoder(
             input_ids=input_ids,
@@ -165,14 +185,28 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            The tokens to predict at masked positions; -100 elsewhere (not shifted).
-        skip_logits (`bool`, *optional*):
-            Compute the loss without the logits, reading only the masked positions (`logits` is then None). By
-            default when training with labels; `False` returns the logits.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 at global tokens (see `AiaynEncoderModel.forward`).
+        """Scores every vocabulary token at every position.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
+                `config.type_vocab_size`).
+            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
+                `attention_mask` and the cache's length.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            labels: The tokens to predict at masked positions, -100 elsewhere (not shifted); shape
+                `(batch_size, sequence_length)`.
+            skip_logits: Compute the loss without the logits, reading only the masked positions (`logits` is then
+                None). By default when training with labels; `False` returns the logits.
+            global_attention_mask: 1 at global tokens (see `AiaynEncoderModel.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `MaskedLMOutput` with `loss` (given `labels`), `logits` of shape
+            `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned (hidden
+            states, attentions, cache).
         """
         outputs = self.model(
             input_ids=input_ids,

@@ -202,15 +202,31 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
-        r"""
-        decoder_input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`):
-            Decoder inputs: the targets shifted right behind `decoder_start_token_id` (see `shift_tokens_right`).
-        encoder_outputs (`BaseModelOutput`, *optional*):
-            The encoder's output, when it was already computed (as `generate()` does).
-        cache (`EncoderDecoderCache`, *optional*):
-            Self-attention keys and values of earlier target positions and the cross-attention keys and values.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
-            1 at global source tokens of the encoder (see `AiaynStack.forward`; LED's).
+        """Encodes the source (unless `encoder_outputs` are given) and decodes the target prefix.
+
+        Args:
+            input_ids: Source token ids of shape `(batch_size, source_length)`.
+            attention_mask: The source's padding mask (1 at tokens, 0 at padding), of shape
+                `(batch_size, source_length)`.
+            decoder_input_ids: Decoder inputs of shape `(batch_size, target_length)`: the targets shifted right behind
+                `decoder_start_token_id` (see `shift_tokens_right`).
+            decoder_attention_mask: The decoder inputs' padding mask, of shape `(batch_size, target_length)`.
+            decoder_position_ids: Positions of the decoder inputs; by default counted as in `AiaynStack.forward`.
+            encoder_outputs: The encoder's output, when it was already computed (as `generate()` does).
+            cache: Self-attention keys and values of earlier target positions and the cross-attention keys and values
+                (an `EncoderDecoderCache`).
+            inputs_embeds: Source token embeddings, in place of `input_ids`.
+            decoder_inputs_embeds: Decoder input embeddings, in place of `decoder_input_ids`.
+            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
+                `config.use_cache`.
+            global_attention_mask: 1 at global source tokens of the encoder, of shape `(batch_size, source_length)`
+                (see `AiaynStack.forward`; LED's).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `Seq2SeqModelOutput` with the decoder's `last_hidden_state`, `cache`, the encoder's
+            `encoder_last_hidden_state` and, when asked for, both stacks' hidden states and attentions.
         """
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -268,10 +284,22 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
     ):
         """`GenerationMixin.generate` with the paper's output-length rule (section 6.1: "input length + 50").
 
-        With `max_len_a` and `max_len_b` (in `generation_config`, as the paper presets set them, or as arguments),
-        each output is at most `max_len_a * source_length + max_len_b` tokens long, EOS included, where
-        `source_length` counts the real tokens of its source. Unless `max_new_tokens` or `max_length` is set, the
-        longest of these limits also bounds the loop.
+        With `max_len_a` and `max_len_b` (in `generation_config`, as the paper presets set them, or as arguments), each
+        output is at most `max_len_a * source_length + max_len_b` tokens long, EOS included, where `source_length`
+        counts
+        the real tokens of its source. Unless `max_new_tokens` or `max_length` is set, the longest of these limits also
+        bounds the loop.
+
+        Args:
+            inputs: Source token ids (or `input_ids`/`inputs_embeds` among `kwargs`).
+            generation_config: Replaces the model's `generation_config`.
+            logits_processor: Processors added to those the generation config builds; the length rule adds its own.
+            **kwargs (Any): `generate`'s other arguments and generation parameters, `max_len_a` and `max_len_b`
+                included.
+
+        Returns:
+            output (torch.LongTensor | GenerateOutput): What `GenerationMixin.generate` returns: the generated ids, or
+                a generation output.
         """
         config = generation_config if generation_config is not None else self.generation_config
         max_len_a = kwargs.pop("max_len_a", getattr(config, "max_len_a", None))
@@ -313,15 +341,37 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
-            Target tokens, -100 where ignored. Position i of the output is scored on `labels[:, i]` (no shift: the
-            decoder inputs are the labels shifted right, built from them when `decoder_input_ids` is not given).
-        skip_logits (`bool`, *optional*):
-            Compute the loss without the logits, a chunk of positions at a time (`logits` is then None). By default
-            when training with labels; `False` returns the logits.
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, source_length)`, *optional*):
-            1 at global source tokens of the encoder (see `AiaynStack.forward`).
+        """Scores the next target token at every target position.
+
+        Args:
+            input_ids: Source token ids of shape `(batch_size, source_length)`.
+            attention_mask: The source's padding mask (1 at tokens, 0 at padding), of shape
+                `(batch_size, source_length)`.
+            decoder_input_ids: Decoder inputs, built from `labels` when not given, of shape
+                `(batch_size, target_length)`: the targets shifted right behind `decoder_start_token_id` (see
+                `shift_tokens_right`).
+            decoder_attention_mask: The decoder inputs' padding mask, of shape `(batch_size, target_length)`.
+            decoder_position_ids: Positions of the decoder inputs; by default counted as in `AiaynStack.forward`.
+            encoder_outputs: The encoder's output, when it was already computed (as `generate()` does).
+            cache: Self-attention keys and values of earlier target positions and the cross-attention keys and values
+                (an `EncoderDecoderCache`).
+            inputs_embeds: Source token embeddings, in place of `input_ids`.
+            decoder_inputs_embeds: Decoder input embeddings, in place of `decoder_input_ids`.
+            labels: Target tokens of shape `(batch_size, target_length)`, -100 where ignored. Position i of the output
+                is scored on `labels[:, i]` (no shift: the decoder inputs are the labels shifted right).
+            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
+                `config.use_cache`.
+            skip_logits: Compute the loss without the logits, a chunk of positions at a time (`logits` is then None).
+                By default when training with labels; `False` returns the logits.
+            global_attention_mask: 1 at global source tokens of the encoder, of shape `(batch_size, source_length)`
+                (see `AiaynStack.forward`; LED's).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `Seq2SeqLMOutput` with `loss` (given `labels`), `logits` of shape
+            `(batch_size, target_length, vocab_size)` (None when skipped), and what the base model returned (hidden
+            states, attentions, cache).
         """
         if labels is not None:
             use_cache = False
@@ -373,9 +423,19 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
         global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        r"""
-        global_attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 at global tokens (see `AiaynStack.forward`).
+        """Encodes a batch of sequences.
+
+        Args:
+            input_ids: Token ids of shape `(batch_size, sequence_length)`.
+            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
+            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
+            global_attention_mask: 1 at global tokens, of shape `(batch_size, sequence_length)` (see
+                `AiaynStack.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `BaseModelOutput` with `last_hidden_state` and, when asked for, `hidden_states` and `attentions`.
         """
         outputs = self.encoder(
             input_ids=input_ids,

@@ -164,8 +164,16 @@ class AiaynVisionEmbeddings(nn.Module):
 
 
 class AiaynVisionModel(AiaynVisionPreTrainedModel):
-    """The encoder stack over an image's patches (a ViT); with `add_pooling_layer`, also the pooled first position
-    (ViT's pooler: dense and tanh over the class token's final state)."""
+    """The encoder stack over an image's patches (a ViT).
+
+    With `add_pooling_layer`, also the pooled first position (ViT's pooler: dense and tanh over the class token's final
+    state).
+
+    Args:
+        config: The model's config.
+        add_pooling_layer: Add ViT's pooler (with `config.pooling == "cls"` only).
+        use_mask_token: Learn a mask token that replaces the patches of `bool_masked_pos` (masked-image modelling).
+    """
 
     def __init__(self, config: AiaynVisionConfig, add_pooling_layer: bool = True, use_mask_token: bool = False):
         super().__init__(config)
@@ -185,14 +193,21 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
         interpolate_pos_encoding: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        r"""
-        pixel_values (`torch.FloatTensor` of shape `(batch_size, num_channels, height, width)`):
-            Images as the folder's image processor (transformers' `ViTImageProcessor`) prepares them.
-        bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
-            Patches replaced by the mask token (masked-image modelling; needs `use_mask_token`).
-        interpolate_pos_encoding (`bool`, *optional*):
-            Read images of another size than `config.image_size` (sides multiples of `patch_size`): learned positions
-            are interpolated, sinusoids computed for the new grid.
+        """Encodes a batch of images.
+
+        Args:
+            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
+                (transformers' `ViTImageProcessor`) prepares them.
+            bool_masked_pos: Patches replaced by the mask token, of shape `(batch_size, num_patches)` (masked-image
+                modelling; needs `use_mask_token`).
+            interpolate_pos_encoding: Read images of another size than `config.image_size` (sides multiples of
+                `patch_size`): learned positions are interpolated, sinusoids computed for the new grid.
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `BaseModelOutputWithPooling` with `last_hidden_state`, `pooler_output` (with the pooler) and, when asked
+            for, `hidden_states` and `attentions`.
         """
         if pixel_values is None:
             raise ValueError("Specify pixel_values.")
@@ -219,11 +234,21 @@ class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
         interpolate_pos_encoding: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ImageClassifierOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or float targets for regression (`num_labels == 1`) and multi-label classification.
-        interpolate_pos_encoding (`bool`, *optional*):
-            Read images of another size than `config.image_size` (see `AiaynVisionModel.forward`).
+        """Scores each image's classes.
+
+        Args:
+            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
+                (transformers' `ViTImageProcessor`) prepares them.
+            labels: Class indices of shape `(batch_size,)`, or float targets for regression (`num_labels == 1`) and
+                multi-label classification.
+            interpolate_pos_encoding: Read images of another size than `config.image_size` (see
+                `AiaynVisionModel.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            An `ImageClassifierOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_labels)`, and
+            what the base model returned (hidden states, attentions, cache).
         """
         outputs = self.model(pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
         states = outputs.last_hidden_state
@@ -254,11 +279,21 @@ class AiaynVisionForMaskedImageModeling(AiaynVisionPreTrainedModel):
         interpolate_pos_encoding: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedImageModelingOutput:
-        r"""
-        bool_masked_pos (`torch.BoolTensor` of shape `(batch_size, num_patches)`, *optional*):
-            The masked patches (True); the loss scores their reconstruction.
-        interpolate_pos_encoding (`bool`, *optional*):
-            Read images of another size than `config.image_size` (see `AiaynVisionModel.forward`).
+        """Reconstructs the pixels of every patch.
+
+        Args:
+            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
+                (transformers' `ViTImageProcessor`) prepares them.
+            bool_masked_pos: The masked patches (True), of shape `(batch_size, num_patches)`; the loss scores their
+                reconstruction.
+            interpolate_pos_encoding: Read images of another size than `config.image_size` (see
+                `AiaynVisionModel.forward`).
+            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
+                the loss's (`num_items_in_batch`).
+
+        Returns:
+            A `MaskedImageModelingOutput` with `loss` (given `bool_masked_pos`), `reconstruction` of the images' shape,
+            and what the base model returned (hidden states, attentions, cache).
         """
         config = self.config
         if bool_masked_pos is not None and config.patch_size != config.encoder_stride:

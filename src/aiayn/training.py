@@ -119,12 +119,23 @@ def parse_overrides(text: str | None) -> dict:
 
 @dataclass(frozen=True)
 class PaperRecipe:
-    """The paper's training recipe (sections 5.3 and 5.4): Adam with beta1 = 0.9, beta2 = 0.98 and eps = 1e-9, no
-    weight decay, label smoothing `label_smoothing` (0.1), and eq. (3)'s learning rate,
-    `lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`: transformers' `inverse_sqrt` schedule, which
-    rises linearly over `warmup_steps` to its peak and then falls as `step^-0.5`, with the peak
-    `d_model^-0.5 * warmup_steps^-0.5` (eq. (3) at `step = warmup_steps`) unless `peak_learning_rate` is given.
-    Shorter runs keep the shape and scale `warmup_steps` and `peak_learning_rate`."""
+    """The paper's training recipe (sections 5.3 and 5.4) as `TrainingArguments` fields.
+
+    Adam with beta1 = 0.9, beta2 = 0.98 and eps = 1e-9, no weight decay, label smoothing `label_smoothing` (0.1), and
+    eq. (3)'s learning rate, `lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`: transformers'
+    `inverse_sqrt` schedule, which rises linearly over `warmup_steps` to its peak and then falls as `step^-0.5`, with
+    the peak `d_model^-0.5 * warmup_steps^-0.5` (eq. (3) at `step = warmup_steps`) unless `peak_learning_rate` is
+    given. Shorter runs keep the shape and scale `warmup_steps` and `peak_learning_rate`.
+
+    Attributes:
+        warmup_steps: Steps of the linear warm-up (the paper: 4000).
+        peak_learning_rate: The learning rate at the end of the warm-up; None: eq. (3)'s, from `d_model`.
+        label_smoothing: The label-smoothing factor (the paper: 0.1).
+
+    Examples:
+        >>> round(PaperRecipe().training_arguments(d_model=512)["learning_rate"], 6)
+        0.000699
+    """
 
     warmup_steps: int = 4000
     peak_learning_rate: float | None = None
