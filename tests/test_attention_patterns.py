@@ -359,3 +359,25 @@ def test_variants_refuse_the_backends_they_do_not_serve_by_name():
     for implementation in ("eager", "sdpa", "flex_attention"):
         check_attention_backend(config, implementation)
     check_attention_backend(tiny_config("encoder", sliding_window=4), "flash_attention_2")
+
+
+def test_two_seeds_draw_different_blocks_and_each_folder_reloads_its_own(tmp_path):
+    """`attention_random_seed` decides the draw: two seeds give different blocks and logits from the same weights, and
+    a saved folder reloads with its own seed's logits."""
+    ids = random_ids(1, 230)
+    logits = {}
+    for seed in (0, 1):
+        model = bigbird(attention_random_seed=seed)
+        with torch.no_grad():
+            logits[seed] = model(ids).logits
+        model.save_pretrained(tmp_path / str(seed))
+    tables = [RandomBlocksAttention(tiny_config("encoder", sliding_window=WINDOW, attention_random_blocks=2,
+                                                attention_random_seed=seed), False, 2).key_blocks(230, "cpu")
+              for seed in (0, 1)]  # fmt: skip
+    assert not torch.equal(tables[0], tables[1])
+    assert (logits[0] - logits[1]).abs().max() > 1e-3
+    for seed in (0, 1):
+        reloaded = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / str(seed)).eval()
+        assert reloaded.config.attention_random_seed == seed
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(ids).logits, logits[seed], rtol=0, atol=0)

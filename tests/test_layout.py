@@ -140,3 +140,17 @@ def test_a_state_dict_after_the_block_is_in_the_standard_layout(tmp_path):
     safetensors.torch.save_model(model, str(tmp_path / "model.safetensors"))
     saved = safetensors.torch.load_file(str(tmp_path / "model.safetensors"))
     assert saved.keys() <= values.keys() and all(torch.equal(saved[name], values[name]) for name in saved)
+
+
+def test_the_block_restores_every_weight_when_its_body_raises():
+    """An error inside the block (an interrupted `generate`) leaves the weights as they were: standard layout, the
+    same values and the same parameter objects."""
+    model = lm_model("seq2seq")
+    before = {name: (parameter, parameter.detach().clone()) for name, parameter in model.named_parameters()}
+    with pytest.raises(KeyboardInterrupt), aiayn.decoding_layout(model):
+        assert transposed_names(model)
+        raise KeyboardInterrupt
+    assert not transposed_names(model)
+    for name, parameter in model.named_parameters():
+        assert parameter is before[name][0] and parameter.is_contiguous(), name
+        assert torch.equal(parameter, before[name][1]), name

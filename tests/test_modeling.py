@@ -5,6 +5,7 @@ import torch
 import transformers
 from conftest import (
     FAMILIES,
+    LM_AUTO_CLASS,
     POSITION_TYPES,
     VOCAB,
     lm_inputs,
@@ -677,3 +678,45 @@ def test_gradient_checkpointing_gives_the_gradients_of_the_plain_backward(family
         gradients.append({name: parameter.grad for name, parameter in model.named_parameters()})
     assert all(gradient is not None for gradient in gradients[0].values())
     torch.testing.assert_close(gradients[1], gradients[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [
+        ("encoder", {"linformer_k": 16, "position_embedding_type": "learned"}),
+        ("decoder", {"attention_score": "additive", "position_embedding_type": "relative"}),
+        ("seq2seq", {"position_embedding_type": "relative", "hidden_act": "swiglu", "norm_type": "rmsnorm"}),
+    ],
+)
+def test_every_parameter_starts_with_the_statistics_its_docstring_states(family, overrides):
+    """Projections, tables and the additive score's `v` from N(0, initializer_range) (transformers' `_init_weights`,
+    `AdditiveScore.initialize_parameters`), scaled token tables from N(0, d_model^-0.5), Linformer's maps from
+    N(0, (linformer_k + max_position_embeddings)^-0.5) (`LinformerAttention.initialize_parameters`), biases at zero,
+    norms at one: each sample's mean and standard deviation within four standard errors of the stated ones."""
+    d_model, std = 128, 0.05
+    relative = {"relative_attention_num_buckets": 64} if overrides["position_embedding_type"] == "relative" else {}
+    config = tiny_config(family, d_model=d_model, num_heads=4, d_ff=256, vocab_size=512, initializer_range=std,
+                         max_position_embeddings=128, **relative, **overrides)  # fmt: skip
+    torch.manual_seed(0)
+    model = LM_AUTO_CLASS[family].from_config(config)
+    stated = {}
+    for name, _ in model.named_parameters():
+        if name.endswith(".bias"):
+            stated[name] = (0.0, 0.0)
+        elif "norm" in name:
+            stated[name] = (1.0, 0.0)
+        elif config.scale_embedding and ("embed_tokens" in name or name.endswith("shared.weight")):
+            stated[name] = (0.0, d_model**-0.5)
+        elif "projections" in name:
+            stated[name] = (0.0, (16 + 128) ** -0.5)
+        else:
+            stated[name] = (0.0, std)
+    for name, parameter in model.named_parameters():
+        mean, deviation = stated[name]
+        values = parameter.detach().double()
+        if deviation == 0.0:
+            assert bool((values == mean).all()), name
+            continue
+        n = values.numel()
+        assert abs(values.mean().item()) < 4 * deviation / n**0.5, (name, values.mean().item())
+        assert abs(values.std().item() / deviation - 1) < 4 / (2 * n) ** 0.5, (name, values.std().item(), deviation)

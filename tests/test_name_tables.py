@@ -14,6 +14,7 @@ import transformers
 from conftest import VOCAB, hub_loading_environment, tiny_config, word_tokenizer
 
 import aiayn
+from aiayn.families import FAMILIES as FAMILIES_TABLE
 from aiayn.name_tables_aiayn import NAME_TABLES
 
 TESTS = Path(__file__).parent
@@ -171,3 +172,18 @@ def test_the_tables_hold_each_aiayn_class_once_and_no_builtin_entry_changes(tmp_
         timeout=300,
     )
     assert result.returncode == 0 and "unchanged" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "seq2seq", "vision"])
+def test_each_class_is_in_exactly_the_table_its_auto_class_reads(family):
+    """Read from transformers' Auto classes themselves (their `_model_mapping`), not from aiayn's list of tables:
+    each class of a family is named under its model type by the Auto class that builds it, and by no other."""
+    model_type = f"aiayn_{family}"
+    serving = FAMILIES_TABLE[family].auto_classes
+    auto_classes = [name for name in dir(transformers) if name.startswith("AutoModel")]
+    for name in auto_classes:
+        mapping = getattr(getattr(transformers, name), "_model_mapping", None)
+        if mapping is None:
+            continue
+        entry = mapping._model_mapping.get(model_type)
+        assert entry == serving.get(name), (name, entry)
