@@ -180,8 +180,9 @@ def test_summarization_from_source_and_target_columns_reports_rouge_beside_the_c
             topic = rng.choice(list(TOPICS))
             writer.writerow([topic_sentence(rng, topic), f"about {topic}"])
     generation = ["--predict_with_generate", "--generation_max_length", "8", "--generation_num_beams", "1"]
-    results = train("summarization", output, "--train_file", str(data), "--max_steps", "20", *generation,
-                    "--validation_split_percentage", "20", "--max_source_length", "16", "--max_target_length", "8")  # fmt: skip
+    lengths = ["--max_source_length", "16", "--max_target_length", "8"]
+    results = train("summarization", output, "--train_file", str(data), "--max_steps", "20", *generation, *lengths,
+                    "--validation_split_percentage", "20")  # fmt: skip
     for name in ("rouge1", "rouge2", "rougeL"):
         assert 0 <= results[f"eval_{name}"] <= 100 and 0 <= results[f"eval_baseline_{name}"] <= 100
 
