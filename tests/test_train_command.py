@@ -214,3 +214,22 @@ def test_bad_data_is_an_error_that_names_it_and_writes_nothing(tmp_path, capsys)
     expect_error(capsys, ["train", "token-classification", "--train_file", str(scores), *flags],
                  "'tokens' or 'words'", "['text', 'label']")  # fmt: skip
     assert not output.exists()
+
+
+def test_data_from_parquet_saved_datasets_and_image_folders(tmp_path):
+    import datasets
+    from PIL import Image
+
+    from aiayn.data import load_corpus
+
+    rows = datasets.Dataset.from_dict({"text": [f"t{i}" for i in range(40)], "label": [i % 2 for i in range(40)]})
+    rows.to_parquet(str(tmp_path / "rows.parquet"))
+    assert load_corpus(str(tmp_path / "rows.parquet"))["train"].column_names == ["text", "label"]
+    datasets.DatasetDict(train=rows, validation=rows.select(range(4))).save_to_disk(str(tmp_path / "saved"))
+    assert load_corpus(str(tmp_path / "saved"))["validation"].num_rows == 4
+    for label in ("cats", "dogs"):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for i in range(10):
+            Image.new("RGB", (8, 8), (i * 20, 0, 0)).save(tmp_path / "images" / label / f"{i}.png")
+    images = load_corpus(str(tmp_path / "images"), validation_fraction=0.2)
+    assert images["train"].features["label"].names == ["cats", "dogs"] and images["validation"].num_rows == 4
