@@ -165,8 +165,8 @@ def test_multiple_choice_in_swags_columns_reports_accuracy_beside_the_majority_e
             endings[0], endings[label] = endings[label], endings[0]
             row = {"sent1": topic_sentence(rng, topic), "sent2": "then", "label": label}
             f.write(json.dumps({**row, **{f"ending{i}": e for i, e in enumerate(endings)}}) + "\n")
-    results = train("multiple-choice", output, "--train_file", str(data), "--max_steps", "20",
-                    "--validation_split_percentage", "25", "--max_seq_length", "32")  # fmt: skip
+    results = train("multiple-choice", output, "--train_file", str(data), "--max_steps", "10",
+                    "--validation_split_percentage", "25", "--max_seq_length", "24")  # fmt: skip
     assert 0 <= results["eval_accuracy"] <= 1 and 0 < results["eval_baseline_accuracy"] < 1
 
 
