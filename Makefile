@@ -16,18 +16,18 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[$*]"
 	touch $@
 
-demo: $(VENV)/.installed-demo,plot
+demo: $(VENV)/.installed-demo,plot,train
 	$(BIN)/aiayn demo --out runs/demo
 
 test: lint docs
 	$(BIN)/python -m pytest
 
-lint: $(VENV)/.installed-dev,demo,plot,docs
+lint: $(VENV)/.installed-dev,demo,plot,docs,train
 	$(BIN)/ruff check src tests scripts benchmarks
 	$(BIN)/ruff format --check src tests scripts benchmarks
 
 # The documentation site into site/ (--strict: a broken link or an unresolved reference fails the build).
-docs: $(VENV)/.installed-dev,demo,plot,docs
+docs: $(VENV)/.installed-dev,demo,plot,docs,train
 	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:

@@ -1,6 +1,8 @@
-"""MkDocs hooks: the command-line reference is generated from `aiayn`'s own parser, so that it cannot drift."""
+"""MkDocs hooks: the command-line reference and the flags of `aiayn train` are generated from `aiayn`'s own parsers,
+so that they cannot drift."""
 
 MARKER = "<!-- aiayn-cli -->"
+TRAIN_MARKER = "<!-- aiayn-train -->"
 
 
 def command_line_reference() -> str:
@@ -16,7 +18,28 @@ def command_line_reference() -> str:
     return "\n\n".join(sections)
 
 
+def train_reference() -> str:
+    """Each task's model and data flags, then the training flags all tasks share, as their parsers print them."""
+    import transformers
+
+    from aiayn.training import TASKS, task_arguments
+
+    sections = []
+    for name, task in TASKS.items():
+        model_arguments, data_arguments, _ = task_arguments(name)
+        usage = f"aiayn train {name} [FLAGS]"
+        parser = transformers.HfArgumentParser((model_arguments, data_arguments), prog=usage, usage=usage)
+        sections.append(f"## `{name}`\n\n{task.help}.\n\n```text\n{parser.format_help()}```")
+    training_arguments = task_arguments(next(iter(TASKS)))[2]
+    usage = "aiayn train TASK [FLAGS]"
+    parser = transformers.HfArgumentParser((training_arguments,), prog=usage, usage=usage)
+    sections.append(f"## Training flags of every task\n\n```text\n{parser.format_help()}```")
+    return "\n\n".join(sections)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         return markdown.replace(MARKER, command_line_reference())
+    if TRAIN_MARKER in markdown:
+        return markdown.replace(TRAIN_MARKER, train_reference())
     return markdown

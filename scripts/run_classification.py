@@ -2,8 +2,9 @@
 
     python scripts/run_classification.py --output_dir runs/run_classification --do_train --do_eval [--paper_recipe] ...
 
-Flags: aiayn.training.ModelArguments, DataArguments and transformers' Seq2SeqTrainingArguments (`--help`); a single
-.json file of them also works. Runs unchanged under `accelerate launch` and `torchrun`.
+The same as `aiayn train classification`: flags of aiayn.training.ModelArguments, its DataArguments
+and transformers' Seq2SeqTrainingArguments (`--help`); a single .json file of them also works. Runs unchanged under
+`accelerate launch` and `torchrun`.
 """
 
 from aiayn.training import main

@@ -49,7 +49,7 @@ def test_shakespeare_genres_are_long_speeches_of_comedies_histories_and_tragedie
 
 
 def test_baselines_learn_nothing_from_context():
-    from aiayn.experiments.baselines import (
+    from aiayn.baselines import (
         copy_source_scores,
         language_model_baselines,
         majority_accuracy,
@@ -100,7 +100,7 @@ def test_local_files_and_the_validation_split(tmp_path):
     with pytest.raises(ValueError, match="unsupported file type"):
         (tmp_path / "x.parquet2").write_text("")
         data.load_corpus(str(tmp_path / "x.parquet2"))
-    with pytest.raises(ValueError, match="is a folder"):
+    with pytest.raises(ValueError, match="neither a dataset saved with save_to_disk nor images"):
         data.load_corpus(str(tmp_path))
 
 

@@ -81,6 +81,8 @@ def test_the_site_builds_strictly_with_its_pages_and_the_generated_reference(tmp
     assert "AiaynDecoderForCausalLM" in models
     assert "sliding_window" in configuration and "position_embedding_type" in configuration
     assert "aiayn ablate" in (tmp_path / "reference" / "cli" / "index.html").read_text()
+    train = (tmp_path / "reference" / "train" / "index.html").read_text()
+    assert "question-answering" in train and "--label_column_name" in train and "--learning_rate" in train
     # The docstrings are parsed: each config field and each forward argument is an entry of its own, not a paragraph.
     assert {"d_model", "sliding_window", "position_embedding_type"} <= set(SECTION_ENTRY.findall(configuration))
     model_entries = SECTION_ENTRY.findall(models)

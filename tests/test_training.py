@@ -150,7 +150,7 @@ TASK_OUTPUTS = {
         transformers.AutoModelForMaskedLM, "AiaynEncoderForMaskedLM", "fill-mask",
     ),
     "translation": (
-        ["--preset", "tiny", "--dataset_name", "bible-en-de", "--predict_with_generate"],
+        ["--preset", "tiny", "--dataset_name", "bible-en-de", "--predict_with_generate", "--max_target_length", "32"],
         transformers.AutoModelForSeq2SeqLM, "AiaynSeq2SeqForConditionalGeneration", "translation",
     ),
     "span-corruption": (
@@ -172,7 +172,7 @@ def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, tmp_path):
     common = [
         "--output_dir", str(output), "--do_train", "--do_eval", "--max_steps", "3", "--vocab_size", "400",
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--max_train_samples", "64",
-        "--max_eval_samples", "16", "--report_to", "none", "--disable_tqdm", "true", "--max_target_length", "32",
+        "--max_eval_samples", "16", "--report_to", "none", "--disable_tqdm", "true",
         "--dataloader_pin_memory", "false",
     ]  # fmt: skip
     metrics = main(task, [*arguments, *common])

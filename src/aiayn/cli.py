@@ -75,6 +75,43 @@ def write_hub_folder(args: argparse.Namespace) -> None:
     print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")
 
 
+def train(args: argparse.Namespace) -> None:
+    """`aiayn train TASK FLAGS`: the task's run (`aiayn.training.main`); `aiayn train --help` lists the tasks,
+    `aiayn train TASK --help` the task's flags."""
+    from .training import TASKS
+    from .training import main as run_task
+
+    parser = build_parser()._subparsers._group_actions[0].choices["train"]
+    if not args.arguments or args.arguments[0] in ("-h", "--help"):
+        parser.print_help()
+        parser.exit(0 if args.arguments else 2)
+    task, *flags = args.arguments
+    if task not in TASKS:
+        raise UsageError(f"unknown task {task!r}; the tasks are {', '.join(TASKS)}")
+    try:
+        run_task(task, flags)
+    except ValueError as error:
+        raise UsageError(error) from error
+
+
+def _train_arguments(parser: argparse.ArgumentParser) -> None:
+    """A subparser per task, each the task's own parser (`aiayn.training.task_parser`): its help lists the task's
+    flags in groups (model, data, training)."""
+    from .training import TASKS, task_parser
+
+    parser.usage = "aiayn train TASK [FLAGS]"
+    parser.description = (
+        "Train a model on your data (csv, json, jsonl, txt or parquet files, image folders, datasets saved with "
+        "save_to_disk, or the bundled corpora), evaluate it beside a baseline that learns nothing, and save it with "
+        "its card. `aiayn train TASK --help` lists a task's flags; the names of transformers' example scripts "
+        "(--train_file, --text_column_name, --max_seq_length, ...) work too."
+    )
+    tasks = parser.add_subparsers(dest="task", metavar="TASK", title="tasks",
+                                  parser_class=lambda task, **kwargs: task_parser(task, **kwargs))  # fmt: skip
+    for name, task in TASKS.items():
+        tasks.add_parser(name, task=name, help=task.help, description=task.help, usage=f"aiayn train {name} [FLAGS]")
+
+
 def serve(args: argparse.Namespace) -> None:
     """`aiayn serve ARGS`: `transformers serve ARGS`, transformers' own OpenAI-compatible server, in a process where
     aiayn's model classes resolve. The server loads a model through the class its config's `architectures` names,
@@ -245,6 +282,10 @@ class Command:
 
 
 COMMANDS = {
+    "train": Command(
+        "train, evaluate beside a baseline that learns nothing, and save a model on your data: one task per head",
+        _train_arguments, train, passes_arguments=True,
+    ),
     "serve": Command(
         "transformers serve (an OpenAI-compatible server) for aiayn models; takes its arguments",
         _no_arguments, serve, passes_arguments=True,

@@ -13,11 +13,14 @@ Built in, with nothing to download but PyPI packages (the `demo` extra):
 - `digits`: the 1797 handwritten digits scikit-learn ships (`sklearn.datasets.load_digits`: 8 x 8 pixels of 17 grey
   levels, from the UCI optical digits set), as RGB images with their digit; every seventh image is held out.
 
-`load_corpus` also reads a local `.txt` (one example per line), `.json` / `.jsonl` or `.csv` file, or a dataset on
-the Hugging Face hub, and splits off a validation set when it has none.
+`load_corpus` also reads a local `.txt` (one example per line), `.json` / `.jsonl`, `.csv` or `.parquet` file, a folder
+saved with `datasets`' `save_to_disk`, a folder of images in one subfolder per class, or a dataset on the Hugging
+Face hub, and splits off a validation set when it has none; `load_files` reads separate training and validation
+files.
 """
 
 import importlib.metadata
+import json
 import os
 import re
 import sqlite3
@@ -126,11 +129,85 @@ def digits(validation_every: int = 7) -> datasets.DatasetDict:
     )
 
 
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+FILE_BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv", "parquet": "parquet"}
+
+
+def _builder(path: str) -> str:
+    """The `datasets` builder of a data file, by its extension."""
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension not in FILE_BUILDERS:
+        raise ValueError(f"{path}: unsupported file type {extension!r}; use .{', .'.join(FILE_BUILDERS)}.")
+    return FILE_BUILDERS[extension]
+
+
+def _json_field(path: str) -> str | None:
+    """`"data"` for a JSON file that holds one object with a `data` list (SQuAD's layout, as transformers' `run_qa`
+    reads it), else None (JSON lines, or a list of records)."""
+    with open(path, encoding="utf-8") as f:
+        if f.read(1) != "{":
+            return None
+        f.seek(0)
+        try:
+            document = json.load(f)
+        except json.JSONDecodeError:  # JSON lines: one object per line
+            return None
+    return "data" if isinstance(document, dict) and isinstance(document.get("data"), list) else None
+
+
+def load_files(train_file: str, validation_file: str | None = None) -> datasets.DatasetDict:
+    """A `train` split from `train_file` and a `validation` split from `validation_file`, where given: `.txt` (one
+    example per line), `.csv`, `.json` / `.jsonl` (records, or SQuAD's `{"data": [...]}`) or `.parquet` files."""
+    files = {"train": train_file, **({"validation": validation_file} if validation_file else {})}
+    builders = {_builder(path) for path in files.values()}
+    for path in files.values():
+        if not os.path.isfile(path):
+            raise ValueError(f"{path}: no such file.")
+        if os.path.getsize(path) == 0:
+            raise ValueError(f"{path} is empty.")
+    if len(builders) > 1:
+        raise ValueError(f"{train_file} and {validation_file} are files of different types.")
+    builder = builders.pop()
+    options = {"field": _json_field(train_file)} if builder == "json" and _json_field(train_file) else {}
+    corpus = datasets.load_dataset(builder, data_files=files, **options)
+    for split, dataset in corpus.items():
+        if len(dataset) == 0:
+            raise ValueError(f"{files[split]} holds no examples.")
+    return corpus
+
+
+def load_folder(path: str) -> datasets.DatasetDict:
+    """A dataset saved with `save_to_disk` (a `Dataset` becomes the `train` split), or a folder of images in one
+    subfolder per class (the `imagefolder` builder: `image` and `label` columns)."""
+    saved = ("dataset_dict.json", "dataset_info.json", "state.json")
+    if any(os.path.isfile(os.path.join(path, name)) for name in saved):
+        loaded = datasets.load_from_disk(path)
+        return loaded if isinstance(loaded, datasets.DatasetDict) else datasets.DatasetDict(train=loaded)
+    images = (name for _, _, names in os.walk(path) for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+    if next(images, None) is None:
+        raise ValueError(f"{path} holds neither a dataset saved with save_to_disk nor images.")
+    return datasets.load_dataset("imagefolder", data_dir=path)
+
+
+def with_validation(corpus: datasets.DatasetDict, validation_fraction: float = 0.05, seed: int = 0):
+    """`corpus` with a `validation` split, split off `train` (a seeded `validation_fraction` of it) when it has none
+    (a `test` split serves when there is no `validation`)."""
+    if "train" not in corpus:
+        raise ValueError(f"The data has no train split; its splits are {sorted(corpus)}.")
+    if "validation" in corpus:
+        return datasets.DatasetDict(train=corpus["train"], validation=corpus["validation"])
+    if "test" in corpus:
+        return datasets.DatasetDict(train=corpus["train"], validation=corpus["test"])
+    split = corpus["train"].train_test_split(test_size=validation_fraction, seed=seed)
+    return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+
+
 def load_corpus(
     name: str, config_name: str | None = None, validation_fraction: float = 0.05, seed: int = 0
 ) -> datasets.DatasetDict:
-    """A built-in corpus (`BUILT_IN`), a local `.txt` / `.json` / `.jsonl` / `.csv` file, or a hub dataset, with a
-    `train` and a `validation` split (split off deterministically, `validation_fraction` of train, if missing)."""
+    """A built-in corpus (`BUILT_IN`), a local data file (`load_files`), a folder (`load_folder`: a dataset saved
+    with `save_to_disk`, or images by class), or a hub dataset, with a `train` and a `validation` split (split off
+    deterministically, `validation_fraction` of train, if missing)."""
     if name == "shakespeare":
         return shakespeare()
     if name == "shakespeare-genres":
@@ -142,16 +219,9 @@ def load_corpus(
     if name == "digits":
         return digits()
     if os.path.isfile(name):
-        extension = os.path.splitext(name)[1].lstrip(".")
-        builder = {"txt": "text", "jsonl": "json"}.get(extension, extension)
-        if builder not in ("text", "json", "csv"):
-            raise ValueError(f"{name}: unsupported file type {extension!r}; use .txt, .json, .jsonl or .csv.")
-        corpus = datasets.load_dataset(builder, data_files={"train": name})
-    elif os.path.exists(name):
-        raise ValueError(f"{name} is a folder; give a file, a built-in corpus {BUILT_IN} or a hub dataset name.")
+        corpus = load_files(name)
+    elif os.path.isdir(name):
+        corpus = load_folder(name)
     else:
         corpus = datasets.load_dataset(name, config_name)
-    if "validation" not in corpus:
-        split = corpus["train"].train_test_split(test_size=validation_fraction, seed=seed)
-        corpus = datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
-    return corpus
+    return with_validation(corpus, validation_fraction, seed)

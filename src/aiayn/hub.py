@@ -36,6 +36,13 @@ METRICS = {
     "eval_accuracy": ("accuracy", "Accuracy"),
     "eval_bleu": ("bleu", "sacreBLEU"),
     "eval_chrf": ("chrf", "chrF"),
+    "eval_precision": ("precision", "Entity precision"),
+    "eval_recall": ("recall", "Entity recall"),
+    "eval_f1": ("f1", "F1"),
+    "eval_exact_match": ("exact_match", "Exact match"),
+    "eval_rouge1": ("rouge1", "ROUGE-1"),
+    "eval_rouge2": ("rouge2", "ROUGE-2"),
+    "eval_rougeL": ("rougeL", "ROUGE-L"),
 }
 HYPERPARAMETERS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs",
@@ -48,6 +55,12 @@ def head_of(model: transformers.PreTrainedModel) -> str:
     """The head's class-name suffix (`"ForCausalLM"`, ...), `"Model"` for the bare model."""
     name = type(model).__name__
     return next((suffix for suffix in HEADS if name.endswith(suffix)), "Model")
+
+
+def baseline_of(metrics: dict, key: str) -> float | None:
+    """The baseline a run reported beside metric `key` (`eval_baseline_accuracy` beside `eval_accuracy`), if any."""
+    baseline = metrics.get(key.replace("eval_", "eval_baseline_", 1))
+    return None if baseline is None else float(baseline)
 
 
 def model_card(
@@ -69,7 +82,8 @@ def model_card(
         task: The pipeline tag; by default the head's.
         datasets: The training data.
         metrics: Evaluation results by Trainer name (`eval_loss`, `eval_perplexity`, `eval_accuracy`, `eval_bleu`,
-            `eval_chrf`).
+            `eval_chrf`), and their baselines (`eval_baseline_accuracy`, ...: what a model that learns nothing
+            scores), shown beside each metric.
         training_arguments: The Trainer's arguments as a dict.
         language: The languages of the model's text.
         license: The license identifier.
@@ -129,7 +143,10 @@ def model_card(
         auto_class=auto_class,
         parameters=sum(p.numel() for p in model.parameters()),
         hyperparameters=[(name, arguments[name]) for name in HYPERPARAMETERS if name in arguments],
-        evaluation=[(METRICS[key][1], float(metrics[key])) for key in METRICS if key in metrics],
+        evaluation=[
+            (METRICS[key][1], float(metrics[key]), baseline_of(metrics, key)) for key in METRICS if key in metrics
+        ],
+        evaluation_examples=metrics.get("eval_samples"),
         transformers_version=transformers.__version__,
         torch_version=torch.__version__,
     )

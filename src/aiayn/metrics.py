@@ -1,11 +1,17 @@
 """Evaluation metrics as local `evaluate.Metric` modules.
 
 The hub's metric scripts (`evaluate.load("sacrebleu")`, ...) cannot be fetched on machines without the hub; these
-modules compute the same numbers locally: `Accuracy`, `SacreBleu` and `ChrF` (through `sacrebleu`), and
-`perplexity`, which is `exp` of the mean token cross-entropy (the eval loss).
+modules compute the same numbers locally: `Accuracy`, `SacreBleu` and `ChrF` (through `sacrebleu`), `Seqeval`
+(entity-level precision, recall and F1 through `seqeval`), `Rouge` (through Google's `rouge_score`), `Squad` (SQuAD's
+exact match and F1, as its official script computes them), and `perplexity`, which is `exp` of the mean token
+cross-entropy (the eval loss). `seqeval` and `rouge_score` come with the package's `train` extra.
 """
 
+import collections
+import importlib
 import math
+import re
+import string
 
 import datasets
 import evaluate
@@ -77,6 +83,103 @@ class ChrF(_SacreBleuMetric):
     def _compute(self, predictions, references, word_order: int = 0) -> dict:
         result = sacrebleu.corpus_chrf(predictions, self._reference_streams(references), word_order=word_order)
         return {"chrf": result.score}
+
+
+def _library(module: str, package: str):
+    """`module`, or an ImportError that names the extra installing it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"This metric needs {package}: pip install 'aiayn[train]'.") from error
+
+
+class Seqeval(evaluate.Metric):
+    """Entity-level precision, recall and F1 of IOB-tagged sequences (an entity counts when its type and its span
+    both match), and token accuracy, as `seqeval` computes them (the metric of transformers' `run_ner`)."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description="seqeval: entity-level precision, recall, F1; token accuracy.",
+            citation="@misc{seqeval, author={Hiroki Nakayama}, title={seqeval}, year={2018}}",
+            inputs_description="predictions and references: a list of tags (strings) per sentence.",
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
+        )
+
+    def _compute(self, predictions, references) -> dict:
+        scores = _library("seqeval.metrics", "seqeval")
+        return {
+            "precision": scores.precision_score(references, predictions, zero_division=0),
+            "recall": scores.recall_score(references, predictions, zero_division=0),
+            "f1": scores.f1_score(references, predictions, zero_division=0),
+            "accuracy": scores.accuracy_score(references, predictions),
+        }
+
+
+class Rouge(evaluate.Metric):
+    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F-measures (in percent, as transformers' `run_summarization` reports them)
+    of `rouge_score`, with its Porter stemmer."""
+
+    types = ("rouge1", "rouge2", "rougeL")
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description="ROUGE F-measures computed by rouge_score.",
+            citation="@inproceedings{lin-2004-rouge, title={ROUGE}, author={Lin, Chin-Yew}, year={2004}}",
+            inputs_description="predictions and references: strings.",
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Value("string")}
+            ),
+        )
+
+    def _compute(self, predictions, references) -> dict:
+        scorer = _library("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(self.types), use_stemmer=True)
+        pairs = zip(predictions, references, strict=True)
+        scores = [scorer.score(reference, prediction) for prediction, reference in pairs]
+        return {name: 100 * sum(s[name].fmeasure for s in scores) / max(len(scores), 1) for name in self.types}
+
+
+def _normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(character for character in text.lower() if character not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def _answer_f1(prediction: str, reference: str) -> float:
+    predicted, expected = _normalize_answer(prediction).split(), _normalize_answer(reference).split()
+    common = sum((collections.Counter(predicted) & collections.Counter(expected)).values())
+    if not predicted or not expected:
+        return float(predicted == expected)
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+class Squad(evaluate.Metric):
+    """SQuAD v1.1's exact match and F1 (in percent), each the best over an example's reference answers, as the
+    official evaluation script computes them."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description="SQuAD exact match and token F1.",
+            citation="@inproceedings{rajpurkar-etal-2016-squad, title={SQuAD}, year={2016}}",
+            inputs_description="predictions: answer strings; references: the reference answers of each question.",
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+            ),
+        )
+
+    def _compute(self, predictions, references) -> dict:
+        pairs = list(zip(predictions, (refs or [""] for refs in references), strict=True))
+        exact = [max(_normalize_answer(p) == _normalize_answer(r) for r in refs) for p, refs in pairs]
+        f1 = [max(_answer_f1(p, r) for r in refs) for p, refs in pairs]
+        count = max(len(predictions), 1)
+        return {"exact_match": 100 * sum(exact) / count, "f1": 100 * sum(f1) / count}
 
 
 def perplexity(mean_cross_entropy: float) -> float:

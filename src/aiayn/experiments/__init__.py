@@ -1,3 +1,3 @@
 """The experiments around the model: `aiayn demo` (`demo`), the paper's Table 3 and the comparison with transformers'
-Marian (`ablation`), the context-free baselines the demo's metrics stand beside (`baselines`) and the figures of a run
-(`plots`, the `plot` extra)."""
+Marian (`ablation`) and the figures of a run (`plots`, the `plot` extra); the context-free baselines the demo's
+metrics stand beside are `aiayn.baselines`."""

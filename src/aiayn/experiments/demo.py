@@ -33,10 +33,7 @@ from dataclasses import dataclass, replace
 import torch
 import transformers
 
-from ..data import load_corpus
-from ..layout_aiayn import decoding_layout
-from ..training import TASKS, DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, save_model_folder
-from .baselines import (
+from ..baselines import (
     copy_source_scores,
     language_model_baselines,
     linear_classifier_accuracy,
@@ -45,6 +42,9 @@ from .baselines import (
     median_pixel_error,
     unigram_cross_entropy,
 )
+from ..data import load_corpus
+from ..layout_aiayn import decoding_layout
+from ..training import TASKS, DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, save_model_folder
 from .machine import matmul_throughput, processor_name
 
 

@@ -1,5 +1,5 @@
-"""What a trained model must beat before its numbers mean anything: the context-free baselines that `aiayn demo`
-prints beside each metric.
+"""What a trained model must beat before its numbers mean anything: the context-free baselines that `aiayn train`
+reports and `aiayn demo` prints beside each metric.
 
 - Language models: the unigram model of the training tokens (its cross-entropy and perplexity on the validation
   tokens). A masked LM also sees the tokens BERT's masking leaves in place or replaces at random: its baseline
@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from ..metrics import ChrF, SacreBleu, perplexity
+from .metrics import ChrF, SacreBleu, perplexity
 
 
 def unigram_cross_entropy(train_tokens: Iterable[int], eval_tokens: Iterable[int], vocab_size: int) -> float:
