@@ -19,7 +19,8 @@ LM_AUTO_CLASS = {
 }
 VOCAB = 97
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# One torch thread per test process under pytest-xdist (one process per core), else up to two.
+torch.set_num_threads(1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1))
 
 
 def hub_loading_environment(tmp_path) -> dict:

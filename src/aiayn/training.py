@@ -78,7 +78,11 @@ class ModelArguments:
         default=None, metadata={"help": "The preset of a new model (see `aiayn presets`); default: the task's."}
     )
     config_overrides: str | None = field(
-        default=None, metadata={"help": "Config fields for a new model, e.g. 'd_model=256,num_layers=4,dropout=0.2'."}
+        default=None,
+        metadata={
+            "help": "Config fields over the preset's, e.g. 'd_model=256,num_layers=4,dropout=0.2'; with "
+            "--model_name_or_path, over the saved config's (e.g. the dropout of fine-tuning)."
+        },
     )
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "A folder with a saved tokenizer; otherwise the model's, or a new one."}
@@ -316,7 +320,8 @@ def load_model_and_tokenizer(task: str, model_args: ModelArguments, corpus: data
         return load_model_and_image_processor(auto_class, model_args, kwargs, **fields)
     if model_args.model_name_or_path is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-        model = auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs)
+        overrides = parse_overrides(model_args.config_overrides)
+        model = auto_class.from_pretrained(model_args.model_name_or_path, **overrides, **fields, **kwargs)
         return model, tokenizer
     preset = model_args.preset or TASKS[task].preset
     family = TASKS[task].family or preset_config(preset).model_type.removeprefix("aiayn_")
@@ -337,7 +342,8 @@ def load_model_and_image_processor(auto_class, model_args: ModelArguments, kwarg
     processor at its image size (resizing, scaling to [0, 1], normalising by mean and deviation 0.5)."""
     if model_args.model_name_or_path is not None:
         processor = AutoImageProcessor.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-        return auto_class.from_pretrained(model_args.model_name_or_path, **fields, **kwargs), processor
+        overrides = parse_overrides(model_args.config_overrides)
+        return auto_class.from_pretrained(model_args.model_name_or_path, **overrides, **fields, **kwargs), processor
     preset = model_args.preset or "tiny-vision"
     config = preset_config(preset, **{**parse_overrides(model_args.config_overrides), **fields})
     if config.model_type != "aiayn_vision":
