@@ -19,7 +19,8 @@ $(VENV)/.installed-%: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo,plot,train
 	$(BIN)/aiayn demo --out runs/demo
 
-test: lint docs
+# The tests build the documentation with --strict themselves (tests/test_docs.py) and run in one process per core.
+test: lint
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-dev,demo,plot,docs,train

@@ -40,12 +40,11 @@ ROWS_A_TO_D = [
 ]
 
 
-# Validation loss of the runs below, seeds 0 and 1, on the CPU: the same bits with 1 and 2 threads, in repeated runs
-# and before and after the experiments moved to `aiayn.experiments`. Two steps at warmup leave the models at their
-# initialisation, so the loss is that of the initial weights on the first 24 verses, where anything that changes
-# the initialisation, the tokenizer, the data order or the loss moves it far beyond the tolerance (seeds 0 and 1 are
-# 3% apart), which leaves room for another CPU's float32 rounding.
-TWO_STEP_LOSSES = {"base": [9.377103, 9.646180], "learned positions": [11.677873, 11.469422]}
+# Validation loss of the runs below, seeds 0 and 1, on the CPU. Two steps at warmup leave the models at their
+# initialisation, so the loss is that of the initial weights on the 24 verses each seed draws, where anything that
+# changes the initialisation, the tokenizer, the sample, the data order or the loss moves it far beyond the
+# tolerance (seeds 0 and 1 are 4% apart), which leaves room for another CPU's float32 rounding.
+TWO_STEP_LOSSES = {"base": [10.325329, 9.922901], "learned positions": [11.050185, 11.394315]}
 
 
 def test_ablate_runs_rows_and_writes_its_table_json_and_plot(tmp_path):

@@ -117,8 +117,17 @@ def test_a_gpu_runs_the_same_stages_on_larger_models(monkeypatch):
             cpu.name, cpu.task, cpu.weights_from, cpu.tokenizer_from
         )  # fmt: skip
         assert parameter_count(gpu) > 2 * parameter_count(cpu), gpu.name
-    # The control from scratch has the architecture of the encoder the other genre run fine-tunes.
+
+    # The control from scratch has the architecture of the encoder the other genre run fine-tunes, and its recipe:
+    # the dropout the fine-tuned run sets over the pretrained config, the steps, batches and rates.
+    def architecture(overrides: str) -> dict:
+        return {key: value for key, value in parse_overrides(overrides).items() if "dropout" not in key}
+
     for runs in (demo.FULL, demo.GPU, demo.QUICK):
         stages = {run.name: run for run in runs}
-        assert stages["genre-from-scratch"].overrides == stages["bert-shakespeare"].overrides
-        assert stages["genre-from-scratch"].vocab_size == stages["bert-shakespeare"].vocab_size
+        scratch, fine_tuned = stages["genre-from-scratch"], stages["genre-finetuned"]
+        assert architecture(scratch.overrides) == architecture(stages["bert-shakespeare"].overrides)
+        assert scratch.vocab_size == stages["bert-shakespeare"].vocab_size
+        assert parse_overrides(fine_tuned.fine_tuning_overrides).items() <= parse_overrides(scratch.overrides).items()
+        recipe = ("steps", "batch_size", "learning_rate", "warmup_steps", "length")
+        assert [getattr(scratch, f) for f in recipe] == [getattr(fine_tuned, f) for f in recipe]

@@ -130,9 +130,12 @@ def test_a_served_decoder_answers_chat_and_completion_requests(server, decoder_f
     messages = [{"role": "user", "content": "w5 w6 w7"}]
     chat = client.chat.completions.create(model=folder, messages=messages, max_tokens=5, temperature=0)
     assert chat.choices[0].message.content == expected and chat.usage.completion_tokens == 5
-    stream = client.chat.completions.create(model=folder, messages=messages, max_tokens=5, stream=True)
-    pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
-    assert len(pieces) == 5 and "".join(pieces) == expected
+    stream = client.chat.completions.create(
+        model=folder, messages=messages, max_tokens=5, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)  # the server may send several tokens in one chunk: the usage chunk counts them
+    pieces = [chunk.choices[0].delta.content for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
+    assert "".join(pieces) == expected and chunks[-1].usage.completion_tokens == 5
     completion = client.completions.create(model=folder, prompt="w5 w6 w7", max_tokens=5, temperature=0)
     assert completion.choices[0].text == expected
 
@@ -152,7 +155,8 @@ def test_a_served_decoder_batches_concurrent_requests_continuously(decoder_folde
         expected.append(tokenizer.decode(continuation))
     assert len(set(expected)) == len(texts)  # each answer tells which prompt it continues
     paged_cache = ["--cb-num-blocks", "16", "--cb-block-size", "16", "--cb-max-batch-tokens", "64"]
-    command = [sys.executable, "-m", "aiayn.cli", "serve", folder, "--continuous-batching", *paged_cache]
+    command = [sys.executable, "-m", "aiayn.cli", "serve", folder, "--continuous-batching", *paged_cache,
+               "--enable-log-requests"]  # fmt: skip
     process, url = started_server(command)
     try:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
@@ -165,7 +169,8 @@ def test_a_served_decoder_batches_concurrent_requests_continuously(decoder_folde
     finally:
         end(process)
     assert answers == expected
-    assert process.stdout.read().count(f"Model: {folder}, CB: True") == len(texts)
+    requests = [line for line in process.stdout.read().splitlines() if f"model {folder}, " in line]
+    assert len(requests) == len(texts) and all("continuous batching" in line for line in requests)
 
 
 def test_transformers_serve_serves_a_gpt2_folder(tmp_path):

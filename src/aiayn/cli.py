@@ -119,13 +119,24 @@ def serve(args: argparse.Namespace) -> None:
     transformers is not, whether loaded with `--trust-remote-code` or not; this names aiayn's classes there."""
     from transformers.cli.transformers import app
 
+    name_model_classes_in_transformers()
+    app(["serve", *args.arguments], prog_name="aiayn")
+
+
+def name_model_classes_in_transformers() -> None:
+    """aiayn's model classes as attributes of the `transformers` module, where `transformers serve` looks them up."""
     import aiayn
 
     for name in aiayn.__all__:
         value = getattr(aiayn, name)
         if isinstance(value, type) and issubclass(value, transformers.PreTrainedModel):
             setattr(transformers, name, value)
-    app(["serve", *args.arguments], prog_name="aiayn")
+
+
+if "__mp_main__" in sys.modules:
+    # A process that multiprocessing spawned from `aiayn`, such as the one in which `transformers serve` loads the
+    # model: it imports this module again rather than running `serve`, and looks the classes up there.
+    name_model_classes_in_transformers()
 
 
 def print_presets(args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ def register_parallel_styles() -> None:
         """Column-wise split of a projection of `split_factor` stacked blocks: rank r of n holds the r-th n-th of
         every block, in the weight's output rows and in the bias."""
 
-        def shard_param(self, module: nn.Module, param: str, mesh):
+        def shard_param(self, module: nn.Module, param: str, mesh, **kwargs):
             meta = module._parameters.get(param)
             if meta is None:
                 return

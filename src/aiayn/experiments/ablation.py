@@ -35,7 +35,7 @@ from ..conversion import bart_layer_weights
 from ..data import load_corpus
 from ..positions_aiayn import AiaynSinusoidalPositionEmbedding
 from ..tokenization import train_tokenizer
-from ..training import DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate
+from ..training import DataArguments, ModelArguments, PaperRecipe, build_trainer, evaluate, sample
 from .attention_scores import attention_statistics, mechanism_plot, mechanism_table, score_variants
 
 MAX_PAIR_TOKENS = 28  # verses of up to 28 tokens a side: a third of the corpus, learnt from in minutes
@@ -138,11 +138,11 @@ class BudgetProgress(TrainerCallback):
 
 
 def shared_tokenizer(folder: str, vocab_size: int, train_samples: int | None) -> str:
-    """Trains the runs' tokenizer on both sides of the training verses, once; returns its folder."""
+    """Trains the runs' tokenizer on both sides of the training verses, once, and returns its folder: all of them, or
+    the `train_samples` that the first seed's runs draw (`training.sample`)."""
     path = os.path.join(folder, "tokenizer")
     if not os.path.isdir(path):
-        train = load_corpus("bible-en-de")["train"]
-        train = train.select(range(min(train_samples, len(train)))) if train_samples else train
+        train = sample(load_corpus("bible-en-de")["train"], train_samples, seed=0)
         texts = (text for pair in train["translation"] for text in (pair["en"], pair["de"]))
         train_tokenizer("seq2seq", texts, vocab_size).save_pretrained(path)
     return path

@@ -34,7 +34,15 @@ import transformers
 from transformers.trainer_callback import PrinterCallback
 
 from ..data import load_corpus
-from ..training import TASKS, DataArguments, ModelArguments, build_trainer, evaluate, save_model_folder
+from ..training import (
+    TASKS,
+    DataArguments,
+    ModelArguments,
+    build_trainer,
+    evaluate,
+    resolve_columns,
+    save_model_folder,
+)
 from .ablation import Budget, BudgetProgress
 
 
@@ -119,9 +127,8 @@ def train(setting: Setting, name: str, length: int, window: int | None, random_b
 def held_out_blocks(trainer: transformers.Trainer, length: int, tokens: int) -> datasets.Dataset:
     """The first `tokens` tokens of the held-out plays, in blocks of `length`."""
     held_out = datasets.DatasetDict(validation=load_corpus("shakespeare")["validation"])  # not the training plays
-    blocks = TASKS["causal-lm"].preprocess(
-        held_out, trainer.processing_class, trainer.model, DataArguments(dataset_name="shakespeare", block_size=length)
-    )["validation"]
+    data_args = resolve_columns("causal-lm", held_out, DataArguments(dataset_name="shakespeare", block_size=length))
+    blocks = TASKS["causal-lm"].preprocess(held_out, trainer.processing_class, trainer.model, data_args)["validation"]
     return blocks.select(range(min(len(blocks), tokens // length)))
 
 
