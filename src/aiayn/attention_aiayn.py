@@ -176,13 +176,24 @@ def _unflatten_shared(cls: type, values, names: list[str]) -> SharedByLayers:
 
 
 class AttentionPatternInputs:
-    """What a stack's attention pattern reads, once per forward, in one object: the layers' input `hidden_states`, the
-    padding `attention_mask`, the self-attention `cache`, the `position_ids`, the stack's `relative_position_bias`
-    (None without relative positions), and what a model's forward gives patterns besides:
+    """What a stack's attention pattern reads, once per forward, in one object.
 
-    global_attention_mask: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every position and
-        which every position attends to; bidirectional stacks only.
+    Args:
+        hidden_states: The layers' input states, `(batch, length, d_model)`.
+        attention_mask: The padding mask, `(batch, length)` (1 at real tokens), or None.
+        cache: The self-attention cache, or None.
+        position_ids: The positions of the queries, `(batch, length)`.
+        relative_position_bias: The stack's relative position bias, or None without relative positions.
+        pooled: Whether a head reads the first token's final state for the whole sequence (BERT's pooler): a pattern
+            that does not let every query see every key may give that token more (`SlidingWindowAttention` makes it
+            global).
+        **pattern_inputs: The inputs of a model's forward that patterns read (`AttentionPattern.inputs`, all of them
+            in `attention_variants_aiayn.PATTERN_INPUTS`), each an attribute of the same name; None where not given.
+            `global_attention_mask`: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every
+            position and which every position attends to; bidirectional stacks only.
     """
+
+    global_attention_mask: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -191,11 +202,14 @@ class AttentionPatternInputs:
         cache: Cache | None = None,
         position_ids: torch.Tensor | None = None,
         relative_position_bias: AiaynRelativePositionBias | None = None,
-        global_attention_mask: torch.Tensor | None = None,
+        pooled: bool = False,
+        **pattern_inputs: torch.Tensor | None,
     ):
         self.hidden_states, self.attention_mask, self.cache = hidden_states, attention_mask, cache
         self.position_ids, self.relative_position_bias = position_ids, relative_position_bias
-        self.global_attention_mask = global_attention_mask
+        self.pooled = pooled
+        for name, value in pattern_inputs.items():
+            setattr(self, name, value)
 
 
 class MaskedAttention(SharedByLayers):
@@ -231,13 +245,15 @@ class AttentionPattern(nn.Module):
     serve: `config_field`, the config field whose value selects the pattern; `stacks`, the stacks it serves
     (`"bidirectional"`, `"causal"`); `backends`, the kinds of attention backend it serves (`"eager"`, `"sdpa"`,
     `"flex_attention"`, `"flash_attention"`; None: every one); `extends`, the config field of a pattern it builds on
-    and then replaces.
+    and then replaces; `inputs`, the inputs of a model's forward it reads (attributes of `AttentionPatternInputs`,
+    which the stack takes from its keyword arguments: `attention_variants_aiayn.PATTERN_INPUTS`).
     """
 
     config_field: str | None = None
     stacks: tuple[str, ...] = ("bidirectional", "causal")
     backends: tuple[str, ...] | None = None
     extends: str | None = None
+    inputs: tuple[str, ...] = ()
 
     def __init__(self, config: AiaynConfig, is_causal: bool, num_layers: int):
         super().__init__()
@@ -251,6 +267,8 @@ class AttentionPattern(nn.Module):
 class FullAttention(AttentionPattern):
     """The paper's pattern: every query sees every key (bidirectional stacks) or every key up to its own (causal
     stacks), through transformers' masks (`masking_utils`), padding and global tokens included."""
+
+    inputs = ("global_attention_mask",)
 
     def prepare(self, inputs: AttentionPatternInputs) -> MaskedAttention:
         return self.masked_attention(inputs)
@@ -307,6 +325,20 @@ def cached_length(cache: Cache | None) -> int | torch.Tensor:
     return cache.get_seq_length() if isinstance(cache, Cache) else 0
 
 
+def self_attention_cache(cache: Cache | None) -> Cache | None:
+    """The self-attention part of a cache: an `EncoderDecoderCache`'s `self_attention_cache`, any other cache as it
+    is."""
+    return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+
+
+def holds_other_keys(cache: Cache | None, length: int) -> bool:
+    """Whether `length` queries attend through `cache` to keys other than their own: a decoding step after earlier
+    positions, or a paged cache (which packs many sequences). False without a cache and on a cache's first call."""
+    if cache is None:
+        return False
+    return not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
+
+
 class AttentionInputs(SharedByLayers):
     """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
     states, built once per forward (`prepare_attention_inputs`): the prepared `pattern`, whose `attend` computes
@@ -323,19 +355,33 @@ def prepare_attention_inputs(
     attention_mask: torch.Tensor | None,
     cache: Cache | None,
     position_ids: torch.Tensor,
-    global_attention_mask: torch.Tensor | None,
     encoder_hidden_states: torch.Tensor | None,
     encoder_attention_mask: torch.Tensor | None,
+    **pattern_inputs: torch.Tensor | None,
 ) -> tuple[AttentionInputs, AttentionInputs | None]:
     """What every layer of `stack` reads besides the states, for self-attention and, given encoder states, for
-    encoder-decoder attention: the stack's pattern prepared over the inputs (`AttentionPatternInputs`: the relative
-    position bias folded in, the global tokens), the rotary tables, and the source's padding mask."""
-    check_global_attention_mask(global_attention_mask, tuple(hidden_states.shape[:2]), stack.is_causal, stack.config)
-    self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    encoder-decoder attention.
+
+    Args:
+        stack: The `AiaynStack` (its pattern, position bias, rotary tables; `stack.pooled`).
+        hidden_states: The layers' input states, `(batch, length, d_model)`.
+        attention_mask: The padding mask, `(batch, length)`, or None.
+        cache: The stack's cache (an `EncoderDecoderCache` with encoder-decoder attention), or None.
+        position_ids: The positions of the queries, `(batch, length)`.
+        encoder_hidden_states: The states encoder-decoder attention reads, or None.
+        encoder_attention_mask: Their padding mask, or None.
+        **pattern_inputs: The model inputs the patterns read (`AttentionPattern.inputs`), checked here.
+
+    Returns:
+        The stack's pattern prepared over the inputs (`AttentionPatternInputs`) with the rotary tables, and, given
+        encoder states, encoder-decoder attention through the source's padding mask (else None).
+    """
+    shape = tuple(hidden_states.shape[:2])
+    check_global_attention_mask(pattern_inputs.get("global_attention_mask"), shape, stack.is_causal, stack.config)
     pattern = stack.attention_pattern.prepare(
         AttentionPatternInputs(
-            hidden_states, attention_mask, self_attention_cache, position_ids, stack.relative_position_bias,
-            global_attention_mask,
+            hidden_states, attention_mask, self_attention_cache(cache), position_ids, stack.relative_position_bias,
+            stack.pooled, **pattern_inputs,
         )
     )  # fmt: skip
     rotary = stack.rotary_embedding(position_ids, hidden_states.dtype) if stack.rotary_embedding is not None else None

@@ -28,6 +28,7 @@ class LinformerAttention(AttentionPattern):
 
     config_field = "linformer_k"
     stacks = ("bidirectional",)  # a projection along the sequence mixes later positions into every row
+    inputs = ("global_attention_mask",)  # read to refuse it: projected rows are not tokens
 
     def __init__(self, config, is_causal: bool, num_layers: int):
         super().__init__(config, is_causal, num_layers)
