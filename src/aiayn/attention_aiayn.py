@@ -120,6 +120,22 @@ def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
 
 
+def additive_mask(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True where attention is allowed) as the mask added to the scores: the position bias (or 0)
+    where allowed, the dtype's minimum elsewhere.
+
+    Args:
+        allowed: The boolean mask, broadcastable with `bias`.
+        bias: The position bias, or None.
+        dtype: The dtype of the additive mask (the scores').
+
+    Returns:
+        The additive mask, of `dtype`.
+    """
+    allowed_value = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, allowed_value, torch.finfo(dtype).min)
+
+
 def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
     """Finds the queries that a materialised `(batch, 1, queries, keys)` mask (boolean, True where allowed, or
     additive, the dtype's minimum where not) lets attend to no key: padding left of every real token, or a row that
@@ -212,7 +228,28 @@ class AttentionPatternInputs:
             setattr(self, name, value)
 
 
-class MaskedAttention(SharedByLayers):
+class PreparedAttention(SharedByLayers):
+    """What a pattern prepares once per forward for the layers of its stack (`AttentionPattern.prepare`): each
+    layer's attention calls `attend`. A pytree node of its attributes, as every `SharedByLayers`."""
+
+    def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of queries over keys and values.
+
+        Args:
+            module: The calling attention module (`AiaynAttention`): its `score`, its `layer_idx`, its
+                `heads_of_this_rank`.
+            query: `(batch, heads, queries, d)` queries.
+            key: `(batch, heads, keys, d)` keys.
+            value: `(batch, heads, keys, d)` values.
+            **kwargs: What goes to the score (`dropout`, `scaling`, transformers' keyword arguments).
+
+        Returns:
+            The output `(batch, queries, heads, d)` and the attention weights (None where none are computed).
+        """
+        raise NotImplementedError
+
+
+class MaskedAttention(PreparedAttention):
     """Attention of each query over the keys a mask allows, for every layer of a stack: `mask` in the form the
     backend takes (None: all keys, or causal where the backend is told so), the relative position bias folded in
     except for flex attention, which takes it as `position_bias`; `fully_masked` queries (see
@@ -238,8 +275,8 @@ class MaskedAttention(SharedByLayers):
 class AttentionPattern(nn.Module):
     """Which keys each query sees: one per stack of `num_layers` layers, which may hold parameters (per layer or
     shared; `initialize_parameters()` initialises them). `prepare` runs once per forward and returns what every
-    layer's attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
-    `MaskedAttention` (`module.layer_idx` tells the layers apart).
+    layer's attention calls, a `PreparedAttention` (`attend(module, query, key, value, **kwargs) -> (output,
+    weights)`), as `MaskedAttention` (`module.layer_idx` tells the layers apart).
 
     What decides where it applies, which `attention_variants_aiayn` reads to pick it and to refuse what it cannot
     serve: `config_field`, the config field whose value selects the pattern; `stacks`, the stacks it serves
@@ -260,7 +297,7 @@ class AttentionPattern(nn.Module):
         self.config = config
         self.is_causal = is_causal
 
-    def prepare(self, inputs: AttentionPatternInputs):
+    def prepare(self, inputs: AttentionPatternInputs) -> PreparedAttention:
         raise NotImplementedError
 
 
@@ -291,7 +328,7 @@ class FullAttention(AttentionPattern):
         if mask is None:
             mask = bias
         elif mask.dtype == torch.bool:
-            mask = torch.where(mask, bias, torch.finfo(bias.dtype).min)
+            mask = additive_mask(mask, bias, bias.dtype)
         else:
             mask = mask.to(bias.dtype) + bias
         return MaskedAttention(mask, fully_masked, **backend)
@@ -344,7 +381,7 @@ class AttentionInputs(SharedByLayers):
     states, built once per forward (`prepare_attention_inputs`): the prepared `pattern`, whose `attend` computes
     attention, and the rotary `(cos, sin)` tables of self-attention."""
 
-    def __init__(self, pattern: MaskedAttention, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def __init__(self, pattern: PreparedAttention, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.pattern = pattern
         self.rotary = rotary
 

@@ -21,7 +21,7 @@ modeling code.
 
 import torch
 
-from .attention_aiayn import SharedByLayers, holds_other_keys
+from .attention_aiayn import PreparedAttention, holds_other_keys
 from .local_attention_aiayn import BandGeometry, SlidingWindowAttention
 
 # The hash's modulus, a prime below 2^31: every product of two residues fits in int64, so the arithmetic is exact on
@@ -124,7 +124,7 @@ def random_blocks_overlay(table: torch.Tensor, block: int):
     return inner_mask
 
 
-class LayerByLayer(SharedByLayers):
+class LayerByLayer(PreparedAttention):
     """One prepared attention per layer, each layer attending through its own."""
 
     def __init__(self, layers: list):

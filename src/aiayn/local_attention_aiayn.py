@@ -29,7 +29,8 @@ from transformers.masking_utils import (
 from .attention_aiayn import (
     AttentionPatternInputs,
     FullAttention,
-    SharedByLayers,
+    PreparedAttention,
+    additive_mask,
     attention_dtype,
     holds_other_keys,
     zero_fully_masked,
@@ -66,13 +67,6 @@ class BandGeometry:
         return length >= self.keys
 
 
-def additive(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """An additive mask for sdpa: the position bias (or 0) where attention is allowed, the dtype's minimum elsewhere.
-    (torch's CPU kernels turn a boolean mask into such a float mask on every call.)"""
-    allowed_value = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
-    return torch.where(allowed, allowed_value, torch.finfo(dtype).min)
-
-
 def with_section(allowed, bias, section_allowed, section_bias, batch_size: int):
     """The bands' `allowed` keys `(batch or 1, blocks, block, keys)` and their bias `(heads, batch or 1, blocks, block,
     keys)` (or None), with a section of keys after them: `section_allowed` `(batch or 1, blocks or 1, block or 1,
@@ -94,7 +88,7 @@ def opened_masks(allowed, bias, batch_size: int, length: int, dtype: torch.dtype
     own rows decide theirs."""
     fully_masked = ~allowed.any(-1)  # (batch or 1, blocks, block)
     allowed = allowed | fully_masked[..., None]
-    mask = additive(allowed[:, :, None], bias.movedim(0, 2) if bias is not None else None, dtype)
+    mask = additive_mask(allowed[:, :, None], bias.movedim(0, 2) if bias is not None else None, dtype)
     mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)
     fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
     if global_fix is not None:
@@ -114,15 +108,16 @@ def global_rows_mask(real: torch.Tensor, positions: torch.Tensor, position_bias,
     if position_bias is not None:
         keys = torch.arange(real.shape[1], device=positions.device)
         bias = position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
-    return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
+    return additive_mask(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
 
 
-class BandedAttention(SharedByLayers):
+class BandedAttention(PreparedAttention):
     """Local attention computed block by block, for one sequence length, built once per forward and shared by the
     layers of a stack. Queries are cut into blocks (`BandGeometry`); each block attends to the band of keys its
     window can reach and to the sections of keys that the pattern adds after the band. Masks hold what the band
     holds besides the window (the sequence's ends, padding, the keys scored in a section), additively with the
-    relative position bias where the model has one.
+    relative position bias where the model has one (torch's CPU kernels would turn a boolean mask into such a float
+    mask on every call).
 
     The rows of a batch are laid end to end on one padded line of keys, so that the band of every block is a window
     of that line (a view). Without padding or sections, every block inside a row has the same mask: one mask serves
@@ -213,10 +208,12 @@ class BandedAttention(SharedByLayers):
         """One mask for every block (`(1, heads or 1, block, keys)`), and one per block at the ends of a row."""
         bias = self._band_bias()
         device = self.query_offsets.device
-        interior = additive(self._band_allowed(torch.tensor([first], device=device)), bias, self.dtype)
+        interior = additive_mask(self._band_allowed(torch.tensor([first], device=device)), bias, self.dtype)
         self.mask = interior if bias is not None else interior[:, None]
         edges = torch.cat((torch.arange(first), torch.arange(self.num_blocks - last, self.num_blocks))).to(device)
-        self.edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(batch_size, 1, 1, 1)
+        self.edge_mask = additive_mask(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(
+            batch_size, 1, 1, 1
+        )
         self.edge_blocks = (torch.arange(batch_size, device=device)[:, None] * self.num_blocks + edges).flatten()
 
     def _build_block_masks(self, batch_size: int, padding, is_global, layer_keys):
