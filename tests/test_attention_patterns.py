@@ -16,7 +16,7 @@ from huggingface_hub.errors import StrictDataclassError
 import aiayn
 from aiayn.attention_aiayn import AiaynSelfAttention, AttentionPatternInputs, DotProductScore
 from aiayn.attention_variants_aiayn import check_attention_backend
-from aiayn.bigbird_aiayn import RandomBlocksAttention, random_key_blocks
+from aiayn.bigbird_aiayn import RandomBlocksAttention, block_key_positions, random_key_blocks
 from aiayn.ctranslate2_export import unsupported_options
 from aiayn.linformer_aiayn import LinformerAttention
 from aiayn.local_attention_aiayn import BandedAttention, BandGeometry
@@ -214,14 +214,17 @@ def test_random_blocks_in_bands_and_through_masks_are_attention_through_a_dense_
         global_marks[0, 0], global_marks[1, [0, 50, 120]] = 1, 1
     pattern = RandomBlocksAttention(config, is_causal, 2)
     tables = pattern.key_blocks(length, "cpu")
-    banded = BandedAttention(WINDOW, is_causal, 2, length, mask if padding else None, global_marks, None,
-                             torch.float32, "cpu", tables)  # fmt: skip
+    block = BandGeometry(WINDOW, is_causal).block
+    banded = BandedAttention(WINDOW, is_causal, 2, length, mask if padding else None, None, torch.float32, "cpu",
+                             global_tokens=global_marks.bool() if marks else None,
+                             layer_keys=block_key_positions(tables, block, length))  # fmt: skip
     eager_config = tiny_config("encoder", sliding_window=WINDOW, attention_random_blocks=2)
     eager_config._attn_implementation = "eager"
     through_masks = RandomBlocksAttention(eager_config, is_causal, 2).prepare(
-        AttentionPatternInputs(torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], None, global_marks)
+        AttentionPatternInputs(
+            torch.zeros(2, length, 32), mask, None, torch.arange(length)[None], global_attention_mask=global_marks
+        )
     )
-    block = BandGeometry(WINDOW, is_causal).block
     for layer in (0, 1):
         module = AiaynSelfAttention(config, layer, is_causal, DotProductScore(config))
         eager_module = AiaynSelfAttention(eager_config, layer, is_causal, DotProductScore(eager_config))

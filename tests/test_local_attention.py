@@ -134,10 +134,11 @@ def test_banded_and_masked_attention_are_attention_through_a_dense_mask_from_the
     global_marks = global_tokens(length) if marks else None
     bias = AiaynRelativePositionBias(tiny_config("encoder", position_embedding_type="relative"), not is_causal)
     bias_of = bias.bias_of if relative else None
-    band = BandedAttention(WINDOW, is_causal, 2, length, mask, global_marks, bias_of, torch.float32, "cpu")
+    marked = global_marks.bool() if marks else None
+    band = BandedAttention(WINDOW, is_causal, 2, length, mask, bias_of, torch.float32, "cpu", global_tokens=marked)
     masked = SlidingWindowAttention(config, is_causal, 1).masked_attention(
         AttentionPatternInputs(torch.zeros(2, length, 32), mask, None, torch.arange(length)[None],
-                               bias if relative else None, global_marks)
+                               bias if relative else None, global_attention_mask=global_marks)
     )  # fmt: skip
     module = AiaynSelfAttention(config, 0, is_causal, DotProductScore(config))
     with torch.no_grad():

@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
-from .attention_aiayn import weighted_values
+from .attention_aiayn import additive_mask, weighted_values
 from .configuration_aiayn import AiaynConfig
 
 # The most bytes of (queries x keys x d_k) sums one chunk of queries holds.
@@ -34,12 +34,12 @@ def head_scores(query: torch.Tensor, key: torch.Tensor, v: torch.Tensor) -> torc
     return torch.einsum("bhqkd,hd->bhqk", torch.tanh(query[:, :, :, None] + key[:, :, None]), v)
 
 
-def additive_mask(
+def score_mask(
     attention_mask: torch.Tensor | None, is_causal: bool, shape: tuple[int, int], dtype, device
 ) -> torch.Tensor | None:
-    """The mask added to the scores: the backend's boolean mask (True where allowed) or additive one as the dtype's
-    minimum where not allowed, or, without a mask in a causal module, the causal pattern (queries the last of the
-    keys), as sdpa reads `is_causal`."""
+    """The mask added to the scores: the backend's boolean mask (True where allowed; `additive_mask`) or additive
+    one, or, without a mask in a causal module, the causal pattern (queries the last of the keys), as sdpa reads
+    `is_causal`."""
     queries, keys = shape
     if attention_mask is None:
         if not is_causal or queries == 1:
@@ -47,7 +47,7 @@ def additive_mask(
         positions = torch.arange(keys, device=device)
         attention_mask = positions[None, :] <= positions[keys - queries :, None]
     if attention_mask.dtype == torch.bool:
-        return torch.where(attention_mask, 0.0, torch.finfo(dtype).min).to(dtype)
+        return additive_mask(attention_mask, None, dtype)
     return attention_mask.to(dtype)
 
 
@@ -90,7 +90,7 @@ class AdditiveScore(nn.Module):
                  for c in chunks],
                 dim=2,
             )  # fmt: skip
-        mask = additive_mask(attention_mask, module.is_causal, (queries, keys), scores.dtype, scores.device)
+        mask = score_mask(attention_mask, module.is_causal, (queries, keys), scores.dtype, scores.device)
         if mask is not None:
             scores = scores + mask
         return weighted_values(module, scores, value, dropout, fully_masked)

@@ -120,6 +120,22 @@ def attention_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else hidden_states.dtype
 
 
+def additive_mask(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True where attention is allowed) as the mask added to the scores: the position bias (or 0)
+    where allowed, the dtype's minimum elsewhere.
+
+    Args:
+        allowed: The boolean mask, broadcastable with `bias`.
+        bias: The position bias, or None.
+        dtype: The dtype of the additive mask (the scores').
+
+    Returns:
+        The additive mask, of `dtype`.
+    """
+    allowed_value = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, allowed_value, torch.finfo(dtype).min)
+
+
 def open_fully_masked_queries(attention_mask) -> tuple[torch.Tensor | object | None, torch.Tensor | None]:
     """Finds the queries that a materialised `(batch, 1, queries, keys)` mask (boolean, True where allowed, or
     additive, the dtype's minimum where not) lets attend to no key: padding left of every real token, or a row that
@@ -176,13 +192,24 @@ def _unflatten_shared(cls: type, values, names: list[str]) -> SharedByLayers:
 
 
 class AttentionPatternInputs:
-    """What a stack's attention pattern reads, once per forward, in one object: the layers' input `hidden_states`, the
-    padding `attention_mask`, the self-attention `cache`, the `position_ids`, the stack's `relative_position_bias`
-    (None without relative positions), and what a model's forward gives patterns besides:
+    """What a stack's attention pattern reads, once per forward, in one object.
 
-    global_attention_mask: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every position and
-        which every position attends to; bidirectional stacks only.
+    Args:
+        hidden_states: The layers' input states, `(batch, length, d_model)`.
+        attention_mask: The padding mask, `(batch, length)` (1 at real tokens), or None.
+        cache: The self-attention cache, or None.
+        position_ids: The positions of the queries, `(batch, length)`.
+        relative_position_bias: The stack's relative position bias, or None without relative positions.
+        pooled: Whether a head reads the first token's final state for the whole sequence (BERT's pooler): a pattern
+            that does not let every query see every key may give that token more (`SlidingWindowAttention` makes it
+            global).
+        **pattern_inputs: The inputs of a model's forward that patterns read (`AttentionPattern.inputs`, all of them
+            in `attention_variants_aiayn.PATTERN_INPUTS`), each an attribute of the same name; None where not given.
+            `global_attention_mask`: `(batch, length)`, 1 at global tokens (Longformer's), which attend to every
+            position and which every position attends to; bidirectional stacks only.
     """
+
+    global_attention_mask: torch.Tensor | None = None
 
     def __init__(
         self,
@@ -191,14 +218,38 @@ class AttentionPatternInputs:
         cache: Cache | None = None,
         position_ids: torch.Tensor | None = None,
         relative_position_bias: AiaynRelativePositionBias | None = None,
-        global_attention_mask: torch.Tensor | None = None,
+        pooled: bool = False,
+        **pattern_inputs: torch.Tensor | None,
     ):
         self.hidden_states, self.attention_mask, self.cache = hidden_states, attention_mask, cache
         self.position_ids, self.relative_position_bias = position_ids, relative_position_bias
-        self.global_attention_mask = global_attention_mask
+        self.pooled = pooled
+        for name, value in pattern_inputs.items():
+            setattr(self, name, value)
 
 
-class MaskedAttention(SharedByLayers):
+class PreparedAttention(SharedByLayers):
+    """What a pattern prepares once per forward for the layers of its stack (`AttentionPattern.prepare`): each
+    layer's attention calls `attend`. A pytree node of its attributes, as every `SharedByLayers`."""
+
+    def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of queries over keys and values.
+
+        Args:
+            module: The calling attention module (`AiaynAttention`): its `score`, its `layer_idx`, its
+                `heads_of_this_rank`.
+            query: `(batch, heads, queries, d)` queries.
+            key: `(batch, heads, keys, d)` keys.
+            value: `(batch, heads, keys, d)` values.
+            **kwargs: What goes to the score (`dropout`, `scaling`, transformers' keyword arguments).
+
+        Returns:
+            The output `(batch, queries, heads, d)` and the attention weights (None where none are computed).
+        """
+        raise NotImplementedError
+
+
+class MaskedAttention(PreparedAttention):
     """Attention of each query over the keys a mask allows, for every layer of a stack: `mask` in the form the
     backend takes (None: all keys, or causal where the backend is told so), the relative position bias folded in
     except for flex attention, which takes it as `position_bias`; `fully_masked` queries (see
@@ -224,33 +275,37 @@ class MaskedAttention(SharedByLayers):
 class AttentionPattern(nn.Module):
     """Which keys each query sees: one per stack of `num_layers` layers, which may hold parameters (per layer or
     shared; `initialize_parameters()` initialises them). `prepare` runs once per forward and returns what every
-    layer's attention calls, an object with `attend(module, query, key, value, **kwargs) -> (output, weights)`, as
-    `MaskedAttention` (`module.layer_idx` tells the layers apart).
+    layer's attention calls, a `PreparedAttention` (`attend(module, query, key, value, **kwargs) -> (output,
+    weights)`), as `MaskedAttention` (`module.layer_idx` tells the layers apart).
 
     What decides where it applies, which `attention_variants_aiayn` reads to pick it and to refuse what it cannot
     serve: `config_field`, the config field whose value selects the pattern; `stacks`, the stacks it serves
     (`"bidirectional"`, `"causal"`); `backends`, the kinds of attention backend it serves (`"eager"`, `"sdpa"`,
     `"flex_attention"`, `"flash_attention"`; None: every one); `extends`, the config field of a pattern it builds on
-    and then replaces.
+    and then replaces; `inputs`, the inputs of a model's forward it reads (attributes of `AttentionPatternInputs`,
+    which the stack takes from its keyword arguments: `attention_variants_aiayn.PATTERN_INPUTS`).
     """
 
     config_field: str | None = None
     stacks: tuple[str, ...] = ("bidirectional", "causal")
     backends: tuple[str, ...] | None = None
     extends: str | None = None
+    inputs: tuple[str, ...] = ()
 
     def __init__(self, config: AiaynConfig, is_causal: bool, num_layers: int):
         super().__init__()
         self.config = config
         self.is_causal = is_causal
 
-    def prepare(self, inputs: AttentionPatternInputs):
+    def prepare(self, inputs: AttentionPatternInputs) -> PreparedAttention:
         raise NotImplementedError
 
 
 class FullAttention(AttentionPattern):
     """The paper's pattern: every query sees every key (bidirectional stacks) or every key up to its own (causal
     stacks), through transformers' masks (`masking_utils`), padding and global tokens included."""
+
+    inputs = ("global_attention_mask",)
 
     def prepare(self, inputs: AttentionPatternInputs) -> MaskedAttention:
         return self.masked_attention(inputs)
@@ -273,7 +328,7 @@ class FullAttention(AttentionPattern):
         if mask is None:
             mask = bias
         elif mask.dtype == torch.bool:
-            mask = torch.where(mask, bias, torch.finfo(bias.dtype).min)
+            mask = additive_mask(mask, bias, bias.dtype)
         else:
             mask = mask.to(bias.dtype) + bias
         return MaskedAttention(mask, fully_masked, **backend)
@@ -307,12 +362,26 @@ def cached_length(cache: Cache | None) -> int | torch.Tensor:
     return cache.get_seq_length() if isinstance(cache, Cache) else 0
 
 
+def self_attention_cache(cache: Cache | None) -> Cache | None:
+    """The self-attention part of a cache: an `EncoderDecoderCache`'s `self_attention_cache`, any other cache as it
+    is."""
+    return cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+
+
+def holds_other_keys(cache: Cache | None, length: int) -> bool:
+    """Whether `length` queries attend through `cache` to keys other than their own: a decoding step after earlier
+    positions, or a paged cache (which packs many sequences). False without a cache and on a cache's first call."""
+    if cache is None:
+        return False
+    return not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
+
+
 class AttentionInputs(SharedByLayers):
     """What one kind of attention (self-attention, or encoder-decoder attention) reads in every layer besides the
     states, built once per forward (`prepare_attention_inputs`): the prepared `pattern`, whose `attend` computes
     attention, and the rotary `(cos, sin)` tables of self-attention."""
 
-    def __init__(self, pattern: MaskedAttention, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def __init__(self, pattern: PreparedAttention, rotary: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.pattern = pattern
         self.rotary = rotary
 
@@ -323,19 +392,33 @@ def prepare_attention_inputs(
     attention_mask: torch.Tensor | None,
     cache: Cache | None,
     position_ids: torch.Tensor,
-    global_attention_mask: torch.Tensor | None,
     encoder_hidden_states: torch.Tensor | None,
     encoder_attention_mask: torch.Tensor | None,
+    **pattern_inputs: torch.Tensor | None,
 ) -> tuple[AttentionInputs, AttentionInputs | None]:
     """What every layer of `stack` reads besides the states, for self-attention and, given encoder states, for
-    encoder-decoder attention: the stack's pattern prepared over the inputs (`AttentionPatternInputs`: the relative
-    position bias folded in, the global tokens), the rotary tables, and the source's padding mask."""
-    check_global_attention_mask(global_attention_mask, tuple(hidden_states.shape[:2]), stack.is_causal, stack.config)
-    self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    encoder-decoder attention.
+
+    Args:
+        stack: The `AiaynStack` (its pattern, position bias, rotary tables; `stack.pooled`).
+        hidden_states: The layers' input states, `(batch, length, d_model)`.
+        attention_mask: The padding mask, `(batch, length)`, or None.
+        cache: The stack's cache (an `EncoderDecoderCache` with encoder-decoder attention), or None.
+        position_ids: The positions of the queries, `(batch, length)`.
+        encoder_hidden_states: The states encoder-decoder attention reads, or None.
+        encoder_attention_mask: Their padding mask, or None.
+        **pattern_inputs: The model inputs the patterns read (`AttentionPattern.inputs`), checked here.
+
+    Returns:
+        The stack's pattern prepared over the inputs (`AttentionPatternInputs`) with the rotary tables, and, given
+        encoder states, encoder-decoder attention through the source's padding mask (else None).
+    """
+    shape = tuple(hidden_states.shape[:2])
+    check_global_attention_mask(pattern_inputs.get("global_attention_mask"), shape, stack.is_causal, stack.config)
     pattern = stack.attention_pattern.prepare(
         AttentionPatternInputs(
-            hidden_states, attention_mask, self_attention_cache, position_ids, stack.relative_position_bias,
-            global_attention_mask,
+            hidden_states, attention_mask, self_attention_cache(cache), position_ids, stack.relative_position_bias,
+            stack.pooled, **pattern_inputs,
         )
     )  # fmt: skip
     rotary = stack.rotary_embedding(position_ids, hidden_states.dtype) if stack.rotary_embedding is not None else None

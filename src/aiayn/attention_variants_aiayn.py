@@ -1,9 +1,10 @@
 """The attention variants a config can choose, one registry per axis (see `attention_aiayn`):
 
 - `ATTENTION_PATTERNS`: which keys each query sees. Each pattern names the config field that selects it
-  (`AttentionPattern.config_field`), the stacks and backends it serves and the pattern it extends; with none of
-  those fields set, a stack attends fully, as do the causal stacks of an encoder-decoder model where the pattern
-  serves bidirectional stacks only (`AttentionPattern.stacks`). Config validation (`check_attention_pattern`) and
+  (`AttentionPattern.config_field`), the stacks and backends it serves, the pattern it extends and the model inputs
+  it reads (`AttentionPattern.inputs`, collected in `PATTERN_INPUTS`); with none of those fields set, a stack attends
+  fully, as do the causal stacks of an encoder-decoder model where the pattern serves bidirectional stacks only
+  (`AttentionPattern.stacks`). Config validation (`check_attention_pattern`) and
   backend selection (`check_attention_backend`) read those declarations.
 - `ATTENTION_SCORES`: how a query scores a key, by `config.attention_score`.
 
@@ -33,6 +34,11 @@ ATTENTION_SCORES: dict[str, type[nn.Module]] = {
     "dot_product": DotProductScore,
     "additive": AdditiveScore,
 }
+# The inputs of a model's forward that the patterns read (`AttentionPattern.inputs`): a stack takes them from its
+# keyword arguments and hands them to its pattern (`AttentionPatternInputs`); the layers and the heads name none.
+PATTERN_INPUTS: tuple[str, ...] = tuple(
+    dict.fromkeys(name for pattern in ATTENTION_PATTERNS.values() for name in pattern.inputs)
+)
 
 
 def chosen_patterns(config: AiaynConfig) -> list[type[AttentionPattern]]:

@@ -20,9 +20,8 @@ modeling code.
 """
 
 import torch
-from transformers.cache_utils import Cache
 
-from .attention_aiayn import SharedByLayers
+from .attention_aiayn import PreparedAttention, holds_other_keys
 from .local_attention_aiayn import BandGeometry, SlidingWindowAttention
 
 # The hash's modulus, a prime below 2^31: every product of two residues fits in int64, so the arithmetic is exact on
@@ -62,6 +61,15 @@ def random_key_blocks(
     return drawn
 
 
+def block_key_positions(key_blocks: torch.Tensor, block: int, length: int) -> torch.Tensor:
+    """The positions of the keys in `key_blocks` `(..., count)` (-1: none), blocks of `block` positions:
+    `(..., count * block)`, -1 where no block was drawn or past the sequence's `length`."""
+    offsets = torch.arange(block, device=key_blocks.device)
+    positions = (key_blocks.clamp(min=0)[..., None] * block + offsets).flatten(-2)
+    drawn = (key_blocks >= 0).repeat_interleave(block, dim=-1) & (positions < length)
+    return positions.masked_fill(~drawn, -1)
+
+
 class RandomBlocksAttention(SlidingWindowAttention):
     """The sliding window and global tokens, with BigBird's random blocks of keys (module docstring)."""
 
@@ -86,19 +94,17 @@ class RandomBlocksAttention(SlidingWindowAttention):
         )
 
     def prepare(self, inputs):
-        batch_size, length = inputs.hidden_states.shape[:2]
-        cache = inputs.cache
-        if cache is not None and (
-            not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
-        ):
+        length = inputs.hidden_states.shape[1]
+        if holds_other_keys(inputs.cache, length):
             raise ValueError(
                 "attention_random_blocks attends to blocks of earlier keys that a decoding cache, which keeps the "
                 "window's keys only, no longer holds: decode with generate(..., use_cache=False)."
             )
+        inputs = self.with_pooled_token(inputs)
         blocks = self.key_blocks(length, inputs.hidden_states.device)
-        if self.attends_in_bands(batch_size, length, cache, inputs.global_attention_mask):
-            return self.banded_attention(inputs, blocks)
         block = BandGeometry(self.config.sliding_window, self.is_causal).block
+        if self.attends_in_bands(inputs):  # the blocks' keys, a section of each layer's bands
+            return self.banded_attention(inputs, block_key_positions(blocks, block, length))
         layers = []
         for layer_blocks in blocks:
             table = torch.zeros(len(layer_blocks), len(layer_blocks) + 1, dtype=torch.bool, device=blocks.device)
@@ -118,7 +124,7 @@ def random_blocks_overlay(table: torch.Tensor, block: int):
     return inner_mask
 
 
-class LayerByLayer(SharedByLayers):
+class LayerByLayer(PreparedAttention):
     """One prepared attention per layer, each layer attending through its own."""
 
     def __init__(self, layers: list):

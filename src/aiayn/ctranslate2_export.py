@@ -23,6 +23,8 @@ import torch
 import transformers
 from torch import nn
 
+from .attention_aiayn import DotProductScore, FullAttention
+from .attention_variants_aiayn import ATTENTION_PATTERNS, ATTENTION_SCORES
 from .families import family_of
 from .modeling_aiayn import AiaynRMSNorm, AiaynStack
 
@@ -56,20 +58,7 @@ def unsupported_options(config) -> list[str]:
     family = family_of(config.model_type)
     if family not in RUNNERS:
         return [f"model_type={config.model_type!r}: the engine runs text encoders, decoders and encoder-decoders only"]
-    refused = []
-    if config.sliding_window is not None:
-        refused.append(
-            f"sliding_window={config.sliding_window}: the engine's window (Mistral's) bounds a decoder's cache and "
-            "is not applied to encoders or to the first pass over a prompt as aiayn's masks apply it"
-        )
-    if config.linformer_k is not None:
-        refused.append(f"linformer_k={config.linformer_k}: the engine attends to every key, not to projected rows")
-    if config.attention_random_blocks is not None:
-        refused.append(
-            f"attention_random_blocks={config.attention_random_blocks}: the engine has no random blocks of keys"
-        )
-    if config.attention_score != "dot_product":
-        refused.append(f"attention_score={config.attention_score!r}: the engine computes dot-product attention only")
+    refused = attention_refusals(config)
     if config.position_embedding_type == "relative" and family == "decoder":
         refused.append(
             "position_embedding_type='relative' in a decoder-only model: the engine's Generator reads a prompt "
@@ -80,6 +69,33 @@ def unsupported_options(config) -> list[str]:
         refused.append(
             f"type_vocab_size={config.type_vocab_size}: the engine's decoders take one embedding per token, no "
             "token types"
+        )
+    return refused
+
+
+# The attention the engine computes: dot products (`DotProductScore`) of each query with every key (`FullAttention`);
+# its own window (Mistral's) bounds a decoder's cache only, and is not applied to encoders or to the first pass over
+# a prompt as aiayn's masks apply it.
+ENGINE_PATTERNS = (FullAttention,)
+ENGINE_SCORES = (DotProductScore,)
+
+
+def attention_refusals(config) -> list[str]:
+    """The attention variants of `config` (`attention_variants_aiayn`'s registries: each pattern whose config field
+    is set, the score) that the engine does not compute, each with why."""
+    refused = []
+    for pattern in ATTENTION_PATTERNS.values():
+        value = getattr(config, pattern.config_field, None) if pattern.config_field is not None else None
+        if value is not None and pattern not in ENGINE_PATTERNS:
+            refused.append(
+                f"{pattern.config_field}={value!r} ({pattern.__name__}): the engine attends to every key (its own "
+                "window, Mistral's, bounds a decoder's cache only)"
+            )
+    score = ATTENTION_SCORES[config.attention_score]
+    if score not in ENGINE_SCORES:
+        refused.append(
+            f"attention_score={config.attention_score!r} ({score.__name__}): the engine computes dot-product "
+            "attention only"
         )
     return refused
 

@@ -90,18 +90,17 @@ class AiaynHeadModel(AiaynPreTrainedModel):
         token_type_ids: torch.LongTensor | None,
         position_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
-        global_attention_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[ModelOutput, torch.Tensor | None, torch.Tensor | None]:
-        """Runs the base model on a head's inputs. Returns its output and the ids and mask of the sequence whose
-        states it returns."""
+        """Runs the base model on a head's inputs; `kwargs` go to it as they are, the inputs of its attention pattern
+        (`global_attention_mask`) among them. Returns its output and the ids and mask of the sequence whose states it
+        returns."""
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         return outputs, input_ids, attention_mask
@@ -170,7 +169,7 @@ class AiaynForSequenceClassification(AiaynHeadModel):
             token_type_ids,
             position_ids,
             inputs_embeds,
-            global_attention_mask,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         logits = self.classifier(self.sequence_features(outputs, ids, mask))
@@ -230,7 +229,7 @@ class AiaynForTokenClassification(AiaynHeadModel):
             token_type_ids,
             position_ids,
             inputs_embeds,
-            global_attention_mask,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state)
@@ -296,7 +295,7 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
             token_type_ids,
             position_ids,
             inputs_embeds,
-            global_attention_mask,
+            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(-1)
@@ -358,7 +357,9 @@ class AiaynForMultipleChoice(AiaynHeadModel):
         *one_sequence_per_row, global_attention_mask = [
             tensor.flatten(0, 1) if tensor is not None else None for tensor in inputs
         ]
-        outputs, ids, mask = self.base_model_outputs(*one_sequence_per_row, global_attention_mask, **kwargs)
+        outputs, ids, mask = self.base_model_outputs(
+            *one_sequence_per_row, global_attention_mask=global_attention_mask, **kwargs
+        )
         logits = self.classifier(self.sequence_features(outputs, ids, mask)).view(-1, num_choices)
         loss = None
         if labels is not None:

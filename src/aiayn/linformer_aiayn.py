@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 
-from .attention_aiayn import AttentionPattern, SharedByLayers
+from .attention_aiayn import AttentionPattern, PreparedAttention
 from .policy_aiayn import IndexOutOfRangeError
 
 
@@ -28,6 +28,7 @@ class LinformerAttention(AttentionPattern):
 
     config_field = "linformer_k"
     stacks = ("bidirectional",)  # a projection along the sequence mixes later positions into every row
+    inputs = ("global_attention_mask",)  # read to refuse it: projected rows are not tokens
 
     def __init__(self, config, is_causal: bool, num_layers: int):
         super().__init__(config, is_causal, num_layers)
@@ -52,7 +53,7 @@ class LinformerAttention(AttentionPattern):
         return ProjectedAttention(self, inputs.attention_mask, length)
 
 
-class ProjectedAttention(SharedByLayers):
+class ProjectedAttention(PreparedAttention):
     """Attention of every query over the `linformer_k` rows each layer's projection makes of the real keys and values,
     for one forward."""
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F
-from transformers.cache_utils import Cache
 from transformers.masking_utils import (
     create_bidirectional_sliding_window_mask,
     create_sliding_window_causal_mask,
@@ -27,7 +26,16 @@ from transformers.masking_utils import (
     sliding_window_causal_mask_function,
 )
 
-from .attention_aiayn import FullAttention, SharedByLayers, attention_dtype, zero_fully_masked
+from .attention_aiayn import (
+    AttentionPatternInputs,
+    FullAttention,
+    PreparedAttention,
+    additive_mask,
+    attention_dtype,
+    holds_other_keys,
+    zero_fully_masked,
+)
+from .policy_aiayn import check_global_attention_mask
 
 # The fewest queries a block holds: smaller blocks make many small kernel calls.
 MIN_BLOCK_SIZE = 32
@@ -59,13 +67,6 @@ class BandGeometry:
         return length >= self.keys
 
 
-def additive(allowed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """An additive mask for sdpa: the position bias (or 0) where attention is allowed, the dtype's minimum elsewhere.
-    (torch's CPU kernels turn a boolean mask into such a float mask on every call.)"""
-    allowed_value = bias.to(dtype) if bias is not None else torch.zeros((), dtype=dtype, device=allowed.device)
-    return torch.where(allowed, allowed_value, torch.finfo(dtype).min)
-
-
 def with_section(allowed, bias, section_allowed, section_bias, batch_size: int):
     """The bands' `allowed` keys `(batch or 1, blocks, block, keys)` and their bias `(heads, batch or 1, blocks, block,
     keys)` (or None), with a section of keys after them: `section_allowed` `(batch or 1, blocks or 1, block or 1,
@@ -87,7 +88,7 @@ def opened_masks(allowed, bias, batch_size: int, length: int, dtype: torch.dtype
     own rows decide theirs."""
     fully_masked = ~allowed.any(-1)  # (batch or 1, blocks, block)
     allowed = allowed | fully_masked[..., None]
-    mask = additive(allowed[:, :, None], bias.movedim(0, 2) if bias is not None else None, dtype)
+    mask = additive_mask(allowed[:, :, None], bias.movedim(0, 2) if bias is not None else None, dtype)
     mask = mask.expand(batch_size, -1, -1, -1, -1).flatten(0, 1)
     fully_masked = fully_masked.expand(batch_size, -1, -1).flatten(1)[:, :length]
     if global_fix is not None:
@@ -107,25 +108,45 @@ def global_rows_mask(real: torch.Tensor, positions: torch.Tensor, position_bias,
     if position_bias is not None:
         keys = torch.arange(real.shape[1], device=positions.device)
         bias = position_bias(keys[None, None, :] - positions[:, :, None]).transpose(0, 1)
-    return additive(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
+    return additive_mask(allowed.expand(-1, -1, positions.shape[1], -1), bias, dtype), no_key
 
 
-class BandedAttention(SharedByLayers):
+class BandedAttention(PreparedAttention):
     """Local attention computed block by block, for one sequence length, built once per forward and shared by the
     layers of a stack. Queries are cut into blocks (`BandGeometry`); each block attends to the band of keys its
-    window can reach and to the global tokens, and each global query attends to every key. Masks hold what the
-    band holds besides the window (the sequence's ends, padding, the keys scored as global), additively with the
-    relative position bias where the model has one.
+    window can reach and to the sections of keys that the pattern adds after the band. Masks hold what the band
+    holds besides the window (the sequence's ends, padding, the keys scored in a section), additively with the
+    relative position bias where the model has one (torch's CPU kernels would turn a boolean mask into such a float
+    mask on every call).
 
     The rows of a batch are laid end to end on one padded line of keys, so that the band of every block is a window
-    of that line (a view). Without padding or global tokens, every block inside a row has the same mask: one mask
-    serves them all, and the blocks at the ends of each row (`edge_blocks`) are computed again with their own. With
-    them, each block has its own mask.
+    of that line (a view). Without padding or sections, every block inside a row has the same mask: one mask serves
+    them all, and the blocks at the ends of each row (`edge_blocks`) are computed again with their own. With them,
+    each block has its own mask.
 
-    `position_bias` maps relative positions (key minus query) to a `(heads, ...)` bias, or is None. `fully_masked`
-    flags the queries that may attend to no key, as `open_fully_masked_queries` does for materialised masks.
-    `random_blocks`, `(layers, blocks, count)` key-block indices (-1: none), adds to each block of queries, layer by
-    layer, the blocks of keys BigBird draws for it (`bigbird_aiayn`): each layer then has its own masks.
+    Two kinds of section, each built by the pattern that owns it:
+
+    - global tokens (`SlidingWindowAttention`, from Longformer's `global_attention_mask`): keys every block attends
+      to, whose queries attend to every key;
+    - layer keys (e.g. `bigbird_aiayn`'s blocks): for each layer, keys each block of queries attends to besides its
+      band; each layer then has its own masks.
+
+    Args:
+        window: The sliding window (`config.sliding_window`).
+        is_causal: Causal (the most recent keys) or bidirectional (either side) windows.
+        batch_size: The number of rows.
+        length: The sequence length.
+        attention_mask: The padding mask, `(batch, length)` (1 at real tokens), or None.
+        position_bias: Maps relative positions (key minus query) to a `(heads, ...)` bias, or None.
+        dtype: The dtype of the masks (the attention's).
+        device: The device of the masks.
+        global_tokens: `(batch, length)`, True at global tokens, or None.
+        layer_keys: `(layers, blocks, count)` positions of the keys each block of queries attends to besides its band,
+            layer by layer (-1: none), or None.
+
+    Attributes:
+        fully_masked: Flags of the queries that may attend to no key, as `open_fully_masked_queries` gives for
+            materialised masks, or None.
     """
 
     def __init__(
@@ -135,11 +156,11 @@ class BandedAttention(SharedByLayers):
         batch_size: int,
         length: int,
         attention_mask: torch.Tensor | None,
-        global_attention_mask: torch.Tensor | None,
         position_bias: Callable[[torch.Tensor], torch.Tensor] | None,
         dtype: torch.dtype,
         device: torch.device,
-        random_blocks: torch.Tensor | None = None,
+        global_tokens: torch.Tensor | None = None,
+        layer_keys: torch.Tensor | None = None,
     ):
         geometry = BandGeometry(window, is_causal)
         self.geometry, self.length = geometry, length
@@ -149,9 +170,9 @@ class BandedAttention(SharedByLayers):
         padding = attention_mask.bool() if attention_mask is not None else None
         if padding is not None and not torch.compiler.is_compiling() and bool(padding.all()):
             padding = None
-        if global_attention_mask is not None and not bool(global_attention_mask.any()):
-            global_attention_mask = None  # no global token
-        self.fully_masked = self.global_positions = self.edge_blocks = self.random_keys = None
+        if global_tokens is not None and not bool(global_tokens.any()):
+            global_tokens = None  # no global token
+        self.fully_masked = self.global_positions = self.edge_blocks = self.layer_sections = None
         # Block-relative coordinates: query i of block b is at b * block + i, its key j at b * block + j - before.
         self.query_offsets = torch.arange(geometry.block, device=device)
         self.key_offsets = torch.arange(geometry.keys, device=device) - geometry.before
@@ -165,11 +186,11 @@ class BandedAttention(SharedByLayers):
         # The blocks of each row whose band reaches past the row: the first ones, and the last ones (with one more
         # for a row that ends inside its last block).
         first, last = geometry.before // geometry.block, geometry.after // geometry.block + 1
-        shared = padding is None and global_attention_mask is None and random_blocks is None
+        shared = padding is None and global_tokens is None and layer_keys is None
         if shared and self.num_blocks > first + last:
             self._build_shared_masks(batch_size, first, last)
         else:
-            self._build_block_masks(batch_size, padding, global_attention_mask, random_blocks)
+            self._build_block_masks(batch_size, padding, global_tokens, layer_keys)
 
     def _band_bias(self) -> torch.Tensor | None:
         """The relative position bias of every block, `(heads, block, keys)`: relative positions do not depend on
@@ -187,15 +208,17 @@ class BandedAttention(SharedByLayers):
         """One mask for every block (`(1, heads or 1, block, keys)`), and one per block at the ends of a row."""
         bias = self._band_bias()
         device = self.query_offsets.device
-        interior = additive(self._band_allowed(torch.tensor([first], device=device)), bias, self.dtype)
+        interior = additive_mask(self._band_allowed(torch.tensor([first], device=device)), bias, self.dtype)
         self.mask = interior if bias is not None else interior[:, None]
         edges = torch.cat((torch.arange(first), torch.arange(self.num_blocks - last, self.num_blocks))).to(device)
-        self.edge_mask = additive(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(batch_size, 1, 1, 1)
+        self.edge_mask = additive_mask(self._band_allowed(edges)[:, None], bias, self.dtype).repeat(
+            batch_size, 1, 1, 1
+        )
         self.edge_blocks = (torch.arange(batch_size, device=device)[:, None] * self.num_blocks + edges).flatten()
 
-    def _build_block_masks(self, batch_size: int, padding, global_attention_mask, random_blocks):
-        """One mask per block, `(batch * blocks, heads or 1, block, keys)`: padding, global tokens; with random blocks,
-        one such mask per layer (`random_keys`)."""
+    def _build_block_masks(self, batch_size: int, padding, is_global, layer_keys):
+        """One mask per block, `(batch * blocks, heads or 1, block, keys)`: padding, global tokens; with layer keys,
+        one such mask per layer (`layer_sections`)."""
         geometry, length = self.geometry, self.length
         blocks = torch.arange(self.num_blocks, device=self.query_offsets.device)
         queries = blocks[:, None] * geometry.block + self.query_offsets  # (blocks, block)
@@ -206,7 +229,6 @@ class BandedAttention(SharedByLayers):
         real = padding if padding is not None else torch.ones(batch_size, length, dtype=torch.bool, device=keys.device)
         bias = self._band_bias()
         band_bias = bias[:, None, None] if bias is not None else None  # (heads, 1, 1, block, keys)
-        is_global = global_attention_mask.bool() if global_attention_mask is not None else None
         if is_global is not None:
             allowed = allowed & ~is_global[:, keys]  # global keys are scored in their own section
             count = int(is_global.sum(-1).max())
@@ -223,20 +245,21 @@ class BandedAttention(SharedByLayers):
             global_fix = (order, self.global_rows, self.global_slots, global_fully_masked)
         else:
             global_fix = None
-        if random_blocks is None:
+        if layer_keys is None:
             self.mask, self.fully_masked = opened_masks(allowed, band_bias, batch_size, length, self.dtype, global_fix)
             return
-        self.random_keys = []
-        for layer_blocks in random_blocks:  # (blocks, count): each layer's key blocks
-            positions = (layer_blocks.clamp(min=0)[:, :, None] * geometry.block + self.query_offsets).flatten(1)
-            drawn = (layer_blocks >= 0).repeat_interleave(geometry.block, dim=-1) & (positions < length)
-            positions = positions.clamp(max=length - 1)  # (blocks, count * block)
-            section = drawn[None] & real[:, positions] & (~is_global[:, positions] if is_global is not None else True)
-            random_bias = (
+        self.layer_sections = []
+        for positions in layer_keys:  # (blocks, count): each layer's keys
+            present = positions >= 0
+            positions = positions.clamp(min=0)
+            section = (
+                present[None] & real[:, positions] & (~is_global[:, positions] if is_global is not None else True)
+            )
+            section_bias = (
                 self.position_bias(positions[:, None, :] - queries[:, :, None])[:, None] if bias is not None else None
             )
-            layer = with_section(allowed, band_bias, section[:, :, None], random_bias, batch_size)
-            self.random_keys.append((positions, *opened_masks(*layer, batch_size, length, self.dtype, global_fix)))
+            layer = with_section(allowed, band_bias, section[:, :, None], section_bias, batch_size)
+            self.layer_sections.append((positions, *opened_masks(*layer, batch_size, length, self.dtype, global_fix)))
 
     def rows(self, states: torch.Tensor) -> torch.Tensor:
         """`(batch, heads, length, d)` states as `(batch, length padded to whole blocks, heads, d)`, a copy: sdpa's
@@ -248,10 +271,10 @@ class BandedAttention(SharedByLayers):
         batch, heads, _, dim = query.shape
         return self.rows(query).reshape(-1, self.geometry.block, heads, dim).transpose(1, 2)
 
-    def bands(self, states: torch.Tensor, random_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def bands(self, states: torch.Tensor, layer_positions: torch.Tensor | None = None) -> torch.Tensor:
         """`(batch, heads, length, d)` keys or values as the band of each block, `(batch * blocks, heads, keys, d)`:
         windows of one padded line of the rows (views of one copy), the global tokens' after them, then the keys at
-        each block's `random_positions` `(blocks, count)`."""
+        each block's `layer_positions` `(blocks, count)`."""
         geometry = self.geometry
         batch, heads, _, dim = states.shape
         rows = self.rows(states)
@@ -261,8 +284,8 @@ class BandedAttention(SharedByLayers):
             positions = self.global_positions[:, None, :, None].expand(-1, heads, -1, dim)
             gathered = states.gather(2, positions)[:, None].expand(-1, self.num_blocks, -1, -1, -1).flatten(0, 1)
             sections.append(gathered)
-        if random_positions is not None:  # (batch, blocks, count, heads, d) -> (batch * blocks, heads, count, d)
-            sections.append(rows[:, random_positions].flatten(0, 1).transpose(1, 2))
+        if layer_positions is not None:  # (batch, blocks, count, heads, d) -> (batch * blocks, heads, count, d)
+            sections.append(rows[:, layer_positions].flatten(0, 1).transpose(1, 2))
         return torch.cat(sections, dim=2) if len(sections) > 1 else sections[0]
 
     def attend(self, module, query, key, value, **kwargs) -> tuple[torch.Tensor, None]:
@@ -270,12 +293,12 @@ class BandedAttention(SharedByLayers):
         wrapper's signature), block by block. Returns the output `(batch, length, heads, d)`, as the attention
         interfaces do, and no weights; queries that may attend to no key get zero output."""
         batch, heads, length, dim = query.shape
-        if self.random_keys is not None:
-            random_positions, mask, fully_masked = self.random_keys[module.layer_idx]
+        if self.layer_sections is not None:
+            layer_positions, mask, fully_masked = self.layer_sections[module.layer_idx]
         else:
-            random_positions, mask, fully_masked = None, self.mask, self.fully_masked
+            layer_positions, mask, fully_masked = None, self.mask, self.fully_masked
         blocks = self.blocks(query)
-        key_bands, value_bands = self.bands(key, random_positions), self.bands(value, random_positions)
+        key_bands, value_bands = self.bands(key, layer_positions), self.bands(value, layer_positions)
         # One mask for every block is passed as a view of every block's (sdpa's backward then holds no expanded copy).
         mask = module.heads_of_this_rank(mask, heads).expand(len(blocks), -1, -1, -1)
         output = module.score(module, blocks, key_bands, value_bands, mask, **kwargs)[0]  # (blocks, block, ...)
@@ -310,19 +333,34 @@ class SlidingWindowAttention(FullAttention):
     bidirectional_mask = staticmethod(create_bidirectional_sliding_window_mask)
 
     def prepare(self, inputs):
-        batch_size, length = inputs.hidden_states.shape[:2]
-        if self.attends_in_bands(batch_size, length, inputs.cache, inputs.global_attention_mask):
+        inputs = self.with_pooled_token(inputs)
+        if self.attends_in_bands(inputs):
             return self.banded_attention(inputs)
         return self.masked_attention(inputs, sliding_window=self.flash_window())
 
-    def banded_attention(self, inputs, random_blocks: torch.Tensor | None = None) -> BandedAttention:
-        """The inputs' attention block by block, with BigBird's `random_blocks` where given."""
+    def with_pooled_token(self, inputs: AttentionPatternInputs) -> AttentionPatternInputs:
+        """The inputs with the first token global where a head reads it for the whole sequence (`inputs.pooled`,
+        BERT's pooler) and no `global_attention_mask` says otherwise (Longformer's classifiers): through the window
+        alone it would read its neighbours only. The inputs are those of one forward, completed in place."""
+        if not inputs.pooled or inputs.global_attention_mask is not None:
+            return inputs
+        shape = tuple(inputs.hidden_states.shape[:2])
+        first = torch.zeros(shape, dtype=torch.long, device=inputs.hidden_states.device)
+        first[:, 0] = 1
+        check_global_attention_mask(first, shape, self.is_causal, self.config)
+        inputs.global_attention_mask = first
+        return inputs
+
+    def banded_attention(self, inputs, layer_keys: torch.Tensor | None = None) -> BandedAttention:
+        """The inputs' attention block by block, with each layer's extra `layer_keys` where given
+        (`BandedAttention`)."""
         batch_size, length = inputs.hidden_states.shape[:2]
         bias = inputs.relative_position_bias.bias_of if inputs.relative_position_bias is not None else None
+        marks = inputs.global_attention_mask
         return BandedAttention(
-            self.config.sliding_window, self.is_causal, batch_size, length, inputs.attention_mask,
-            inputs.global_attention_mask, bias, attention_dtype(inputs.hidden_states), inputs.hidden_states.device,
-            random_blocks,
+            self.config.sliding_window, self.is_causal, batch_size, length, inputs.attention_mask, bias,
+            attention_dtype(inputs.hidden_states), inputs.hidden_states.device,
+            global_tokens=marks.bool() if marks is not None else None, layer_keys=layer_keys,
         )  # fmt: skip
 
     def flash_window(self) -> int:
@@ -330,15 +368,15 @@ class SlidingWindowAttention(FullAttention):
         `sliding_window - 1` keys on either side, so a bidirectional window of distance w is w + 1."""
         return self.config.sliding_window + (0 if self.is_causal else 1)
 
-    def attends_in_bands(self, batch_size: int, length: int, cache, global_attention_mask) -> bool:
+    def attends_in_bands(self, inputs: AttentionPatternInputs) -> bool:
+        """Whether to attend block by block (class docstring) rather than through transformers' mask."""
+        batch_size, length = inputs.hidden_states.shape[:2]
         if batch_size == 0 or self.config._attn_implementation != "sdpa":
             return False
         if torch.compiler.is_exporting() and not isinstance(length, int):
             return False
-        if global_attention_mask is not None and torch.compiler.is_compiling():
+        if inputs.global_attention_mask is not None and torch.compiler.is_compiling():
             return False
-        if cache is not None and (
-            not isinstance(cache, Cache) or tuple(cache.get_mask_sizes(length, 0)) != (length, 0)
-        ):
-            return False  # keys other than the queries' own: decoding steps, a paged cache
+        if holds_other_keys(inputs.cache, length):
+            return False  # decoding steps, a paged cache
         return BandGeometry(self.config.sliding_window, self.is_causal).is_cheaper(length)

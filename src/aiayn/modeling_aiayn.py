@@ -33,8 +33,14 @@ from .attention_aiayn import (
     AiaynSelfAttention,
     cached_length,
     prepare_attention_inputs,
+    self_attention_cache,
 )
-from .attention_variants_aiayn import attention_pattern_class, build_attention_score, check_attention_backend
+from .attention_variants_aiayn import (
+    PATTERN_INPUTS,
+    attention_pattern_class,
+    build_attention_score,
+    check_attention_backend,
+)
 from .configuration_aiayn import AiaynConfig, AiaynTextConfig
 from .name_tables_aiayn import register_class_names
 from .policy_aiayn import (
@@ -149,11 +155,10 @@ class AiaynLayer(GradientCheckpointingLayer):
         self_attention_inputs = cross_attention_inputs = None
         if prepared_structure is not None:
             self_attention_inputs, cross_attention_inputs = tree_unflatten(prepared, prepared_structure)
-        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         attended, _ = self.self_attn(
             self._norm_input(hidden_states, self.self_attn_norm),
             self_attention_inputs,
-            self_attention_cache,
+            self_attention_cache(cache),
             **kwargs,
         )
         hidden_states = self._add_residual(hidden_states, attended, self.self_attn_norm)
@@ -367,6 +372,10 @@ class AiaynStack(AiaynPreTrainedModel):
         num_layers: Number of layers.
         is_causal: Causal self-attention (a decoder) rather than bidirectional (an encoder).
         has_cross_attention: Give every layer encoder-decoder attention over `encoder_hidden_states`.
+
+    Attributes:
+        pooled: Whether a head reads the first token's final state for the whole sequence (BERT's pooler; the encoder
+            family sets it for its pooled heads), which the attention pattern reads (`AttentionPatternInputs.pooled`).
     """
 
     _can_record_outputs = {
@@ -385,6 +394,7 @@ class AiaynStack(AiaynPreTrainedModel):
     ):
         super().__init__(config)
         self.is_causal, self.has_cross_attention = is_causal, has_cross_attention
+        self.pooled = False
         self.embeddings = AiaynEmbeddings(config, embed_tokens) if embed_tokens is not None else None
         positions = getattr(config, "position_embedding_type", None)
         relative = positions == "relative"
@@ -418,7 +428,6 @@ class AiaynStack(AiaynPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         use_cache: bool | None = None,
-        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """Runs the embeddings and the layers.
@@ -440,18 +449,19 @@ class AiaynStack(AiaynPreTrainedModel):
                 length, or from the 2D `attention_mask` when given.
             use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
                 `config.use_cache`.
-            global_attention_mask: Bidirectional stacks only: 1 marks the global tokens (Longformer), which attend to
-                every position and which every position attends to, whatever `sliding_window`; 0 the tokens that attend
-                within their window. Shape `(batch_size, sequence_length)`.
             **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
+                the loss's (`num_items_in_batch`); and the inputs the attention patterns read
+                (`attention_variants_aiayn.PATTERN_INPUTS`, which the stack hands its pattern):
+                `global_attention_mask`, bidirectional stacks only: 1 marks the global tokens (Longformer), which
+                attend to every position and which every position attends to, whatever `sliding_window`; 0 the tokens
+                that attend within their window. Shape `(batch_size, sequence_length)`.
 
         Returns:
             A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` and, when asked for,
             `hidden_states`, `attentions` and `cross_attentions`.
         """
         cache = prepare_cache(self.config, cache, use_cache, self.is_causal, self.has_cross_attention)
-        past_length = cached_length(cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache)
+        past_length = cached_length(self_attention_cache(cache))
         source = (encoder_hidden_states, encoder_attention_mask)
         check_stack_inputs(self, input_ids, inputs_embeds, attention_mask, past_length, *source)
         if position_ids is None:
@@ -460,8 +470,9 @@ class AiaynStack(AiaynPreTrainedModel):
         hidden_states = inputs_embeds  # without a token table, the family embeds the inputs, positions included
         if self.embeddings is not None:
             hidden_states = self.embeddings(input_ids, inputs_embeds, position_ids, token_type_ids)
+        pattern_inputs = {name: kwargs.pop(name, None) for name in PATTERN_INPUTS}
         attention = prepare_attention_inputs(
-            self, hidden_states, attention_mask, cache, position_ids, global_attention_mask, *source
+            self, hidden_states, attention_mask, cache, position_ids, *source, **pattern_inputs
         )
         prepared, structure = tree_flatten(attention)
         for layer in self.layers:

@@ -36,33 +36,15 @@ class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
     }
 
     def build_body(self, config: AiaynEncoderConfig, pooled: bool) -> "AiaynEncoderModel":
-        """The base model of the heads, with BERT's pooler where a head reads the pooled first token."""
-        return AiaynEncoderModel(config, add_pooling_layer=pooled)
+        """The base model of the heads, with BERT's pooler where a head reads the pooled first token; its stack is
+        then `pooled`, which the attention pattern reads (a sliding window makes that token global)."""
+        body = AiaynEncoderModel(config, add_pooling_layer=pooled)
+        body.encoder.pooled = pooled
+        return body
 
     def sequence_features(self, outputs, input_ids, attention_mask) -> torch.Tensor:
         """BERT classifies a sequence from its pooled first token."""
         return outputs.pooler_output
-
-    def base_model_outputs(
-        self,
-        input_ids,
-        attention_mask,
-        token_type_ids,
-        position_ids,
-        inputs_embeds,
-        global_attention_mask=None,
-        **kwargs,
-    ):
-        """With a sliding window, the first token, which a pooled head reads, is a global token unless a
-        `global_attention_mask` says otherwise (Longformer's classifiers): it then reads the whole sequence."""
-        pooled = self.model.pooler is not None
-        if self.config.sliding_window is not None and pooled and global_attention_mask is None:
-            tokens = input_ids if input_ids is not None else inputs_embeds
-            global_attention_mask = torch.zeros(tokens.shape[:2], dtype=torch.long, device=tokens.device)
-            global_attention_mask[:, 0] = 1
-        return super().base_model_outputs(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, global_attention_mask, **kwargs
-        )
 
 
 class AiaynEncoderModel(AiaynEncoderPreTrainedModel):

@@ -89,7 +89,6 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
         token_type_ids: torch.LongTensor | None,
         position_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
-        global_attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         **kwargs,
@@ -118,7 +117,6 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             inputs_embeds=inputs_embeds,
-            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         return outputs, decoder_input_ids, decoder_attention_mask
