@@ -191,11 +191,12 @@ def test_row_s_trains_the_three_scores_at_four_head_sizes_and_measures_their_log
             statistics = result["runs"][0][stage]
             assert statistics["logit_spread"] > 0 and statistics["entropy"] > 0 and statistics["logit_gradient"] > 0
     # Footnote 4, at initialisation: from the same initial weights, unscaled dot products spread sqrt(d_k) times as
-    # far as scaled ones (exactly in the first layer; later layers read slightly different states).
+    # far as scaled ones (exactly in the first layer; later layers read slightly different states, by how much
+    # depends on the verses drawn: within 5.1e-4 on the first 64, 1.5e-3 on the 64 the seeded shuffle draws).
     spreads = {r["variant"]: r["runs"][0]["at_init"]["logit_spread"] for r in results[1:]}
     for size in (32, 64, 128, 256):
         ratio = spreads[f"dot product, unscaled, d_k={size}"] / spreads[f"dot product, scaled, d_k={size}"]
-        assert ratio == pytest.approx(size**0.5, rel=1e-3)  # measured within 5.1e-4
+        assert ratio == pytest.approx(size**0.5, rel=3e-3)
     table = (tmp_path / "ablation.md").read_text()
     assert "| additive, d_k=256 |" in table and "logit spread (init)" in table
     assert (tmp_path / "attention_scores.png").stat().st_size > 0
