@@ -148,13 +148,13 @@ class AiaynLayer(GradientCheckpointingLayer):
         prepared_structure: TreeSpec | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
-        """`prepared`: the leaves of what the stack prepared for self-attention and encoder-decoder attention (two
-        `AttentionInputs`, the second None without encoder states), passed positionally as reentrant gradient
-        checkpointing needs (`attention_aiayn.SharedByLayers`), and rebuilt from `prepared_structure`. Without them,
-        full attention without positions inside the layer."""
-        self_attention_inputs = cross_attention_inputs = None
+        """`prepared`: what the stack prepared for self-attention and encoder-decoder attention (two
+        `AttentionInputs`, the second None without encoder states), or, under gradient checkpointing, their leaves
+        (rebuilt from `prepared_structure`), which reentrant checkpointing needs as positional tensors
+        (`attention_aiayn.SharedByLayers`). Without them, full attention without positions inside the layer."""
         if prepared_structure is not None:
-            self_attention_inputs, cross_attention_inputs = tree_unflatten(prepared, prepared_structure)
+            prepared = tree_unflatten(prepared, prepared_structure)
+        self_attention_inputs, cross_attention_inputs = prepared or (None, None)
         attended, _ = self.self_attn(
             self._norm_input(hidden_states, self.self_attn_norm),
             self_attention_inputs,
@@ -474,7 +474,9 @@ class AiaynStack(AiaynPreTrainedModel):
         attention = prepare_attention_inputs(
             self, hidden_states, attention_mask, cache, position_ids, *source, **pattern_inputs
         )
-        prepared, structure = tree_flatten(attention)
+        prepared, structure = attention, None
+        if self.gradient_checkpointing and self.training:  # the layers are recomputed from their positional tensors
+            prepared, structure = tree_flatten(attention)
         for layer in self.layers:
             hidden_states = layer(
                 hidden_states, encoder_hidden_states, cache, *prepared, prepared_structure=structure, **kwargs
