@@ -2,6 +2,7 @@
 attention's n x n cost, each a registered attention pattern, proven against references written from the papers."""
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -384,3 +385,122 @@ def test_two_seeds_draw_different_blocks_and_each_folder_reloads_its_own(tmp_pat
         assert reloaded.config.attention_random_seed == seed
         with torch.no_grad():
             torch.testing.assert_close(reloaded(ids).logits, logits[seed], rtol=0, atol=0)
+
+
+# -- a new variant ------------------------------------------------------------------------------------------------
+
+DILATED_WINDOW_MODULE = '''
+"""A dilated window: a query sees the keys at distances 0, d, 2d, ... up to `dilated_window` on either side."""
+
+from dataclasses import dataclass
+
+from transformers.masking_utils import create_bidirectional_mask
+
+from .attention_aiayn import FullAttention
+from .field_validators_aiayn import positive
+
+
+@dataclass(kw_only=True, repr=False, eq=False)
+class DilatedWindowFields:
+    """Attributes:
+        dilated_window: The farthest key a query sees; None: none.
+        dilation: The distance between the keys it sees.
+    """
+
+    dilated_window: int | None = positive(default=None)
+    dilation: int = positive(default=2)
+
+    def validate_dilation(self):
+        if self.dilated_window is not None and self.dilated_window % self.dilation:
+            raise ValueError(f"dilated_window ({self.dilated_window}) is not a multiple of dilation ({self.dilation})")
+
+
+class DilatedWindowAttention(FullAttention):
+    config_fields = DilatedWindowFields
+    config_field = "dilated_window"
+    stacks = ("bidirectional",)
+    backends = ("eager", "sdpa", "flex_attention")
+    inputs = ()
+
+    def mask(self, inputs, overlay=None):
+        window, dilation = self.config.dilated_window, self.config.dilation
+
+        def dilated(batch_idx, head_idx, q_idx, kv_idx):
+            distance = (q_idx - kv_idx).abs()
+            return (distance <= window) & (distance % dilation == 0)
+
+        return create_bidirectional_mask(config=self.config, inputs_embeds=inputs.hidden_states,
+                                         attention_mask=inputs.attention_mask, and_mask_function=dilated)
+'''
+
+NEW_VARIANT_RUN = textwrap.dedent(
+    """
+    import sys
+    import pytest, torch, transformers
+    from huggingface_hub.errors import StrictDataclassError
+    import aiayn
+    from aiayn.attention_variants_aiayn import check_attention_backend
+
+    assert aiayn.__file__.startswith(sys.argv[1]), aiayn.__file__
+    fields = dict(vocab_size=97, d_model=32, num_heads=4, d_ff=48, num_layers=2, dropout=0.0, attention_dropout=0.0,
+                  max_position_embeddings=64)
+    with pytest.raises(StrictDataclassError, match=r"dilated_window \\(6\\) is not a multiple of dilation"):
+        aiayn.preset_config("tiny-encoder", dilated_window=6, dilation=4)
+    with pytest.raises(StrictDataclassError, match="dilated_window selects DilatedWindowAttention, which serves"):
+        aiayn.preset_config("tiny-decoder", dilated_window=4)
+    with pytest.raises(ValueError, match="dilated_window=4 .DilatedWindowAttention. runs under"):
+        check_attention_backend(aiayn.preset_config("tiny-encoder", dilated_window=4), "flash_attention_2")
+    config = aiayn.preset_config("tiny-encoder", dilated_window=4, attn_implementation="eager", **fields)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForMaskedLM.from_config(config).eval()
+    ids = torch.randint(3, 97, (2, 11), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        output = model(ids, output_attentions=True)
+    distance = (torch.arange(11)[:, None] - torch.arange(11)[None, :]).abs()
+    seen = (distance <= 4) & (distance % 2 == 0)
+    for weights in output.attentions:
+        assert bool((weights[..., ~seen] == 0).all()) and bool((weights[..., seen] > 0).all())
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, output.logits, rtol=0, atol=1e-5)
+        expected = model(ids).logits
+    model.save_pretrained(sys.argv[2])
+    torch.save({"ids": ids, "logits": expected}, sys.argv[2] + "/expected.pt")
+    print("dilated window saved")
+    """
+)
+
+
+def test_a_new_pattern_is_one_module_and_one_registry_line(tmp_path):
+    """The walkthrough's steps on a copy of the package: a dilated window in a module of its own, declaring its config
+    fields, check, stacks and backends, and one entry in the registry (with its import). The config takes and checks
+    its fields, refuses it where it cannot apply, the model attends as it says, and a saved folder carries the new
+    file to a process without aiayn, with the same logits."""
+    import shutil
+
+    package = tmp_path / "package" / "aiayn"
+    shutil.copytree(os.path.dirname(aiayn.__file__), package, ignore=shutil.ignore_patterns("__pycache__", "hub_card"))
+    (package / "dilated_window_aiayn.py").write_text(DILATED_WINDOW_MODULE)
+    registry = (package / "attention_variants_aiayn.py").read_text()
+    registry = registry.replace(
+        "from .bigbird_aiayn import",
+        "from .dilated_window_aiayn import DilatedWindowAttention\nfrom .bigbird_aiayn import",
+    ).replace(
+        '    "full": FullAttention,\n', '    "full": FullAttention,\n    "dilated_window": DilatedWindowAttention,\n'
+    )
+    (package / "attention_variants_aiayn.py").write_text(registry)
+    folder = tmp_path / "dilated"
+    environment = {**hub_loading_environment(tmp_path), "PYTHONPATH": str(package.parent)}
+    result = subprocess.run(
+        [sys.executable, "-c", NEW_VARIANT_RUN, str(package), str(folder)],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0 and "dilated window saved" in result.stdout, result.stderr[-3000:]
+    assert (folder / "dilated_window_aiayn.py").exists()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER, str(folder)],
+        cwd=workdir, env=hub_loading_environment(tmp_path), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0 and "same logits" in result.stdout, result.stderr[-3000:]

@@ -106,6 +106,7 @@ def test_no_config_class_overrides_the_validate_that_strict_defines():
         "validate_attention_pattern",
         "validate_generation_defaults",
         "validate_layer_type",
+        "validate_linformer_positions",
         "validate_output_attentions",
         "validate_position_options",
         "validate_rope",

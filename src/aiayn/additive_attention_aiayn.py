@@ -17,13 +17,17 @@ This module imports nothing but torch and transformers: `save_pretrained` copies
 modeling code.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 
 from .attention_aiayn import additive_mask, weighted_values
-from .configuration_aiayn import AiaynConfig
+
+if TYPE_CHECKING:
+    from .configuration_aiayn import AiaynConfig
 
 # The most bytes of (queries x keys x d_k) sums one chunk of queries holds.
 CHUNK_BYTES = 2**26
@@ -58,8 +62,9 @@ class AdditiveScore(nn.Module):
     # It computes its scores itself, under these backends (both give the same result); the others compute dot
     # products inside their kernels.
     backends = ("eager", "sdpa")
+    config_fields = None  # it adds no config field: `v` is a parameter
 
-    def __init__(self, config: AiaynConfig):
+    def __init__(self, config: "AiaynConfig"):
         super().__init__()
         self.v = nn.Parameter(torch.empty(config.num_heads, config.d_kv))
         self.std = config.initializer_range

@@ -17,6 +17,7 @@ modeling code.
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -27,9 +28,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 
-from .configuration_aiayn import AiaynConfig
 from .policy_aiayn import check_global_attention_mask
 from .positions_aiayn import AiaynRelativePositionBias, apply_rotary
+
+if TYPE_CHECKING:
+    from .configuration_aiayn import AiaynConfig
 
 
 def eager_attention_forward(
@@ -87,8 +90,9 @@ class DotProductScore(nn.Module):
     config; dot products need nothing of it (the scale is the attention module's `scaling`)."""
 
     backends: tuple[str, ...] | None = None  # every backend (a score's declaration, as a pattern's `backends`)
+    config_fields = None  # the config fields it adds (as a pattern's `config_fields`): none
 
-    def __init__(self, config: AiaynConfig):
+    def __init__(self, config: "AiaynConfig"):
         super().__init__()
 
     def forward(
@@ -279,20 +283,23 @@ class AttentionPattern(nn.Module):
     weights)`), as `MaskedAttention` (`module.layer_idx` tells the layers apart).
 
     What decides where it applies, which `attention_variants_aiayn` reads to pick it and to refuse what it cannot
-    serve: `config_field`, the config field whose value selects the pattern; `stacks`, the stacks it serves
+    serve: `config_fields`, a dataclass of the config fields it adds, with their validators and its checks across
+    fields (`validate_*` methods), which `AiaynConfig` is built on (`attention_variants_aiayn.AttentionFields`);
+    `config_field`, the one of them whose value selects the pattern; `stacks`, the stacks it serves
     (`"bidirectional"`, `"causal"`); `backends`, the kinds of attention backend it serves (`"eager"`, `"sdpa"`,
     `"flex_attention"`, `"flash_attention"`; None: every one); `extends`, the config field of a pattern it builds on
     and then replaces; `inputs`, the inputs of a model's forward it reads (attributes of `AttentionPatternInputs`,
     which the stack takes from its keyword arguments: `attention_variants_aiayn.PATTERN_INPUTS`).
     """
 
+    config_fields: type | None = None
     config_field: str | None = None
     stacks: tuple[str, ...] = ("bidirectional", "causal")
     backends: tuple[str, ...] | None = None
     extends: str | None = None
     inputs: tuple[str, ...] = ()
 
-    def __init__(self, config: AiaynConfig, is_causal: bool, num_layers: int):
+    def __init__(self, config: "AiaynConfig", is_causal: bool, num_layers: int):
         super().__init__()
         self.config = config
         self.is_causal = is_causal
@@ -438,7 +445,7 @@ class AiaynAttention(nn.Module):
     `head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)`, each head's attention computed by the layer's `score` over the
     keys the stack's pattern lets each query see."""
 
-    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, score: nn.Module):
+    def __init__(self, config: "AiaynConfig", layer_idx: int, is_causal: bool, score: nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
@@ -478,7 +485,7 @@ class AiaynAttention(nn.Module):
 class AiaynSelfAttention(AiaynAttention):
     """Self-attention: queries, keys and values all come from the previous layer (one fused projection)."""
 
-    def __init__(self, config: AiaynConfig, layer_idx: int, is_causal: bool, score: nn.Module):
+    def __init__(self, config: "AiaynConfig", layer_idx: int, is_causal: bool, score: nn.Module):
         super().__init__(config, layer_idx, is_causal, score)
         self.qkv_proj = nn.Linear(config.d_model, 3 * self.inner_dim, bias=config.use_bias)
 
@@ -505,7 +512,7 @@ class AiaynCrossAttention(AiaynAttention):
     With a cache, the keys and values are computed once per source and reused at every decoding step.
     """
 
-    def __init__(self, config: AiaynConfig, layer_idx: int, score: nn.Module):
+    def __init__(self, config: "AiaynConfig", layer_idx: int, score: nn.Module):
         super().__init__(config, layer_idx, is_causal=False, score=score)
         self.q_proj = nn.Linear(config.d_model, self.inner_dim, bias=config.use_bias)
         self.kv_proj = nn.Linear(config.d_model, 2 * self.inner_dim, bias=config.use_bias)

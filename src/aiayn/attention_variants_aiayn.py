@@ -8,21 +8,27 @@
   backend selection (`check_attention_backend`) read those declarations.
 - `ATTENTION_SCORES`: how a query scores a key, by `config.attention_score`.
 
-A new variant is a class in a file of its own, imported and registered here; the stack, the layers and the heads
-name none.
+A variant declares the config fields it adds in its own module (`config_fields`, a dataclass); `AttentionFields`
+combines them with `attention_score`, and `AiaynConfig` is built on it. A new variant is a class in a file of its
+own, imported and registered here; the configs, the stack, the layers and the heads name none.
 
-This module imports nothing but torch and transformers: `save_pretrained` copies it next to the weights with the
-modeling code (and, through its imports, every variant).
+This module imports nothing but torch, transformers and the standard library: `save_pretrained` copies it next to
+the weights with the configuration and the modeling code (and, through its imports, every variant).
 """
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from torch import nn
 
 from .additive_attention_aiayn import AdditiveScore
 from .attention_aiayn import AttentionPattern, DotProductScore, FullAttention
 from .bigbird_aiayn import RandomBlocksAttention
-from .configuration_aiayn import AiaynConfig
 from .linformer_aiayn import LinformerAttention
 from .local_attention_aiayn import SlidingWindowAttention
+
+if TYPE_CHECKING:
+    from .configuration_aiayn import AiaynConfig
 
 ATTENTION_PATTERNS: dict[str, type[AttentionPattern]] = {
     "full": FullAttention,
@@ -39,9 +45,38 @@ ATTENTION_SCORES: dict[str, type[nn.Module]] = {
 PATTERN_INPUTS: tuple[str, ...] = tuple(
     dict.fromkeys(name for pattern in ATTENTION_PATTERNS.values() for name in pattern.inputs)
 )
+# The config fields the variants declare in their modules (`config_fields`), each dataclass once.
+VARIANT_FIELDS: tuple[type, ...] = tuple(
+    dict.fromkeys(
+        variant.config_fields
+        for variant in (*ATTENTION_PATTERNS.values(), *ATTENTION_SCORES.values())
+        if variant.config_fields is not None
+    )
+)
 
 
-def chosen_patterns(config: AiaynConfig) -> list[type[AttentionPattern]]:
+@dataclass(kw_only=True, repr=False, eq=False)
+class AttentionFields(*VARIANT_FIELDS):
+    """The config fields of the attention variants, which `AiaynConfig` is built on: the score, by name, and the fields
+    each pattern declares in its own module (`config_fields`: `SlidingWindowFields`, `RandomBlocksFields`,
+    `LinformerFields`), with their validators and checks.
+
+    Attributes:
+        attention_score: How a query scores a key, a name in `ATTENTION_SCORES`: `"dot_product"`, eq. (1)
+            (`scale_attention` applies to it), or `"additive"`, Bahdanau's `v^T tanh(q + k)` per head with a learned
+            `v` of size d_k, the alternative section 3.2.1 weighs (`additive_attention_aiayn`; with
+            attn_implementation "eager" or "sdpa").
+    """
+
+    attention_score: Literal[tuple(ATTENTION_SCORES)] = "dot_product"
+
+    def validate_attention_pattern(self):
+        """The patterns' declarations (`check_attention_pattern`): one pattern at a time, the one a pattern extends
+        set too, and a pattern that serves this family's stacks."""
+        check_attention_pattern(self)
+
+
+def chosen_patterns(config: "AiaynConfig") -> list[type[AttentionPattern]]:
     """The patterns whose config field is set (not None), less those another chosen pattern extends."""
     chosen = [
         pattern
@@ -52,7 +87,7 @@ def chosen_patterns(config: AiaynConfig) -> list[type[AttentionPattern]]:
     return [pattern for pattern in chosen if pattern.config_field not in extended]
 
 
-def check_attention_pattern(config: AiaynConfig):
+def check_attention_pattern(config: "AiaynConfig"):
     """Config validation from the patterns' declarations: one pattern at a time, the pattern a chosen one extends set
     too, and a chosen pattern serving one of the stacks the family has (`config.attention_stacks`); a seq2seq model's
     stacks that a pattern does not serve attend fully."""
@@ -75,7 +110,7 @@ def check_attention_pattern(config: AiaynConfig):
             )
 
 
-def attention_pattern_class(config: AiaynConfig, is_causal: bool) -> type[AttentionPattern]:
+def attention_pattern_class(config: "AiaynConfig", is_causal: bool) -> type[AttentionPattern]:
     """The chosen pattern where it serves this stack, or full attention."""
     stack = "causal" if is_causal else "bidirectional"
     chosen = [pattern for pattern in chosen_patterns(config) if stack in pattern.stacks]
@@ -89,7 +124,7 @@ def backend_kind(implementation: str) -> str:
     return "flash_attention" if "flash" in implementation else implementation
 
 
-def check_attention_backend(config: AiaynConfig, implementation: str):
+def check_attention_backend(config: "AiaynConfig", implementation: str):
     """Refuses, by the config field that chose it, a pattern or score that does not serve the backend."""
     variants = [(pattern, pattern.config_field) for pattern in chosen_patterns(config)]
     variants.append((ATTENTION_SCORES[config.attention_score], "attention_score"))
@@ -103,6 +138,6 @@ def check_attention_backend(config: AiaynConfig, implementation: str):
             )
 
 
-def build_attention_score(config: AiaynConfig) -> nn.Module:
+def build_attention_score(config: "AiaynConfig") -> nn.Module:
     """The score module of one attention layer, `config.attention_score`."""
     return ATTENTION_SCORES[config.attention_score](config)

@@ -19,9 +19,12 @@ This module imports nothing but torch and transformers: `save_pretrained` copies
 modeling code.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from .attention_aiayn import PreparedAttention, holds_other_keys
+from .field_validators_aiayn import non_negative, positive
 from .local_attention_aiayn import BandGeometry, SlidingWindowAttention
 
 # The hash's modulus, a prime below 2^31: every product of two residues fits in int64, so the arithmetic is exact on
@@ -70,9 +73,26 @@ def block_key_positions(key_blocks: torch.Tensor, block: int, length: int) -> to
     return positions.masked_fill(~drawn, -1)
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
+class RandomBlocksFields:
+    """The config fields of BigBird's random attention (`RandomBlocksAttention.config_fields`).
+
+    Attributes:
+        attention_random_blocks: BigBird's random attention (Zaheer et al., 2020) on top of `sliding_window` and
+            global tokens: each block of queries also attends to this many blocks of keys outside its window, drawn
+            per layer and per block from `attention_random_seed` (past blocks only in causal stacks); None: none.
+        attention_random_seed: The seed of those draws, saved with the config: the same model attends to the same
+            blocks in every process, in training and in evaluation.
+    """
+
+    attention_random_blocks: int | None = positive(default=None)
+    attention_random_seed: int = non_negative(default=0)
+
+
 class RandomBlocksAttention(SlidingWindowAttention):
     """The sliding window and global tokens, with BigBird's random blocks of keys (module docstring)."""
 
+    config_fields = RandomBlocksFields
     config_field = "attention_random_blocks"
     extends = "sliding_window"
     backends = ("eager", "sdpa", "flex_attention")  # flash attention takes a window, not the blocks' mask

@@ -6,8 +6,9 @@ embeddings and the positions of tokens that the three text families share, and t
 their family needs. The defaults are the paper's base model (Table 3, row "base"); the presets in `PRESETS` give the
 paper's big model and the shapes of BERT, GPT-2 and T5.
 
-This module imports nothing but transformers: `save_pretrained` copies it next to the weights so that a saved
-folder loads with `trust_remote_code=True` where aiayn is not installed.
+This module imports transformers and, for the attention variants' fields, `attention_variants_aiayn` (torch and the
+variants' modules): `save_pretrained` copies it and those modules next to the weights so that a saved folder loads
+with `trust_remote_code=True` where aiayn is not installed.
 """
 
 from typing import Literal
@@ -15,6 +16,9 @@ from typing import Literal
 from huggingface_hub.dataclasses import as_validated_field, strict
 from transformers import AutoConfig, GenerationConfig, PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from .attention_variants_aiayn import AttentionFields
+from .field_validators_aiayn import dropout_probability, non_negative, positive
 
 PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "none"]
 # Images: learned (ViT), the paper's sinusoids over the patch index, 2-D sinusoids (row and column), none.
@@ -24,8 +28,6 @@ NormType = Literal["layernorm", "rmsnorm"]
 # tasks transformers 5 removed, or a folder's copy (loaded with trust_remote_code), which finds the pipeline through
 # the config's `custom_pipelines` (see `AiaynSeq2SeqConfig`).
 PIPELINES_REGISTERED_ON_IMPORT = __name__.startswith("aiayn.")
-# How a query scores a key (`attention_variants_aiayn.ATTENTION_SCORES`).
-AttentionScore = Literal["dot_product", "additive"]
 BASE_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 GATED_ACTIVATION_ALIASES = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 GATED_PREFIX = "gated-"
@@ -59,27 +61,6 @@ def split_activation(hidden_act: str) -> tuple[str, bool]:
     return hidden_act, False
 
 
-# Field validators: `@strict` runs a field's type check, then these, at construction and on every assignment.
-@as_validated_field
-def positive(value: int | float | None):
-    """A size, count or constant greater than 0 (None: derived from other fields)."""
-    if value is not None and not value > 0:
-        raise ValueError(f"Value must be positive, got {value!r}.")
-
-
-@as_validated_field
-def non_negative(value: int | float):
-    if not value >= 0:
-        raise ValueError(f"Value must be non-negative, got {value!r}.")
-
-
-@as_validated_field
-def dropout_probability(value: int | float | None):
-    """A dropout rate: 1 would zero every activation."""
-    if value is not None and not 0 <= value < 1:
-        raise ValueError(f"Value must be a probability in [0, 1), got {value!r}.")
-
-
 @as_validated_field
 def activation_name(value: str):
     if split_activation(value)[0] not in BASE_ACTIVATIONS:
@@ -90,13 +71,14 @@ def activation_name(value: str):
 
 
 @strict
-class AiaynConfig(PreTrainedConfig):
+class AiaynConfig(AttentionFields, PreTrainedConfig):
     r"""Fields shared by the four families: the stack's sizes, attention, layers and regularisation.
 
     Standard transformers names work as aliases: `hidden_size` (`d_model`), `num_attention_heads` (`num_heads`),
     `num_hidden_layers` (`num_layers`), `intermediate_size` (`d_ff`) and `head_dim` (`d_kv`). The fields come in four
-    groups, in this order: sizes; attention (`attention_variants_aiayn` lists the patterns and scores these fields
-    choose); layers; regularisation and initialisation.
+    groups, in this order: sizes; attention; layers; regularisation and initialisation. The attention variants'
+    fields (the score, `attention_score`, and each pattern's own, such as `sliding_window`) are declared with the
+    variants, in `attention_variants_aiayn.AttentionFields`, which this class is built on.
 
     Attributes:
         d_model: Width of every sub-layer output and of the embeddings (the paper's d_model = 512).
@@ -107,24 +89,6 @@ class AiaynConfig(PreTrainedConfig):
         num_layers: Layers N of the (encoder) stack (paper: 6).
         scale_attention: Multiply QK^T by 1/sqrt(d_k) as in eq. (1). T5 folds the scale into its initialisation and
             turns it off.
-        attention_score: How a query scores a key: `"dot_product"`, eq. (1) (`scale_attention` applies to it), or
-            `"additive"`, Bahdanau's `v^T tanh(q + k)` per head with a learned `v` of size d_k, the alternative
-            section 3.2.1 weighs (`additive_attention_aiayn`; with attn_implementation "eager" or "sdpa").
-        sliding_window: Local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
-            semantics): a causal position attends to the `sliding_window` most recent positions, itself included
-            (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side
-            (Longformer's window). None (the default) is the paper's full attention. Encoder-decoder attention stays
-            full; decoding caches keep at most `sliding_window` keys and values per layer; encoders also take a
-            `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
-            block, at a cost linear in their length (`local_attention_aiayn`).
-        attention_random_blocks: BigBird's random attention (Zaheer et al., 2020) on top of `sliding_window` and
-            global tokens: each block of queries also attends to this many blocks of keys outside its window, drawn
-            per layer and per block from `attention_random_seed` (past blocks only in causal stacks); None: none.
-        attention_random_seed: The seed of those draws, saved with the config: the same model attends to the same
-            blocks in every process, in training and in evaluation.
-        linformer_k: Linformer (Wang et al., 2020) in bidirectional stacks: keys and values projected along the
-            sequence to `linformer_k` rows by a learned map over `max_position_embeddings` positions per layer
-            (`linformer_aiayn`); None: none. A seq2seq decoder attends fully; decoder-only models refuse it.
         norm_first: False is the paper's and BERT's post-LN, `LayerNorm(x + Sublayer(x))`; True is GPT-2's and
             T5's pre-LN, `x + Sublayer(Norm(x))`, with a final norm after the stack.
         norm_type: `"layernorm"` (the paper, BERT, GPT-2) or `"rmsnorm"` (T5: no mean, no bias).
@@ -181,11 +145,6 @@ class AiaynConfig(PreTrainedConfig):
     num_layers: int = positive(default=6)
 
     scale_attention: bool = True
-    attention_score: AttentionScore = "dot_product"
-    sliding_window: int | None = positive(default=None)
-    attention_random_blocks: int | None = positive(default=None)
-    attention_random_seed: int = non_negative(default=0)
-    linformer_k: int | None = positive(default=None)
 
     norm_first: bool = False
     norm_type: NormType = "layernorm"
@@ -233,13 +192,6 @@ class AiaynConfig(PreTrainedConfig):
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) unless d_kv is given."
             )
-
-    def validate_attention_pattern(self):
-        """The attention variants' own declarations (`attention_variants_aiayn.check_attention_pattern`): one pattern
-        at a time, the one a pattern extends set too, and a pattern that serves this family's stacks."""
-        from .attention_variants_aiayn import check_attention_pattern
-
-        check_attention_pattern(self)
 
     # The kinds of stacks the family's models have (`AttentionPattern.stacks`).
     attention_stacks = ("bidirectional",)
@@ -321,13 +273,7 @@ class AiaynTextConfig(AiaynConfig):
             raise ValueError(f"sinusoidal positions pair sines and cosines: d_model must be even, got {self.d_model}.")
 
     def validate_position_options(self):
-        """The options of one position type are set with that type only; a relative bias needs the keys' positions,
-        which Linformer's projection mixes."""
-        if self.linformer_k is not None and self.position_embedding_type == "relative":
-            raise ValueError(
-                "position_embedding_type='relative' adds a bias for each key's distance to the query, and linformer_k "
-                "projects the keys along the sequence, mixing their positions: use another position type."
-            )
+        """The options of one position type are set with that type only."""
         options = {
             "relative_attention_num_buckets": "relative",
             "relative_attention_max_distance": "relative",

@@ -14,18 +14,43 @@ This module imports nothing but torch and transformers: `save_pretrained` copies
 modeling code.
 """
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers import initialization as init
 
 from .attention_aiayn import AttentionPattern, PreparedAttention
+from .field_validators_aiayn import positive
 from .policy_aiayn import IndexOutOfRangeError
+
+
+@dataclass(kw_only=True, repr=False, eq=False)
+class LinformerFields:
+    """The config field of Linformer (`LinformerAttention.config_fields`) and its check across fields.
+
+    Attributes:
+        linformer_k: Linformer (Wang et al., 2020) in bidirectional stacks: keys and values projected along the
+            sequence to `linformer_k` rows by a learned map over `max_position_embeddings` positions per layer;
+            None: none. A seq2seq decoder attends fully; decoder-only models refuse it.
+    """
+
+    linformer_k: int | None = positive(default=None)
+
+    def validate_linformer_positions(self):
+        """A relative bias needs the keys' positions, which the projection mixes."""
+        if self.linformer_k is not None and getattr(self, "position_embedding_type", None) == "relative":
+            raise ValueError(
+                "position_embedding_type='relative' adds a bias for each key's distance to the query, and linformer_k "
+                "projects the keys along the sequence, mixing their positions: use another position type."
+            )
 
 
 class LinformerAttention(AttentionPattern):
     """Keys and values of `linformer_k` rows, projected along the sequence (module docstring). One projection per
     layer: `projections`, `(num_layers, linformer_k, max_positions)`."""
 
+    config_fields = LinformerFields
     config_field = "linformer_k"
     stacks = ("bidirectional",)  # a projection along the sequence mixes later positions into every row
     inputs = ("global_attention_mask",)  # read to refuse it: projected rows are not tokens

@@ -16,6 +16,7 @@ modeling code.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.nn import functional as F
@@ -35,6 +36,7 @@ from .attention_aiayn import (
     holds_other_keys,
     zero_fully_masked,
 )
+from .field_validators_aiayn import positive
 from .policy_aiayn import check_global_attention_mask
 
 # The fewest queries a block holds: smaller blocks make many small kernel calls.
@@ -320,6 +322,23 @@ class BandedAttention(PreparedAttention):
         return zero_fully_masked(output, None, fully_masked)
 
 
+@dataclass(kw_only=True, repr=False, eq=False)
+class SlidingWindowFields:
+    """The config field of local attention (`SlidingWindowAttention.config_fields`).
+
+    Attributes:
+        sliding_window: Local self-attention (transformers' `sliding_window`, with `transformers.masking_utils`'
+            semantics): a causal position attends to the `sliding_window` most recent positions, itself included
+            (Mistral); a bidirectional one to the positions at most `sliding_window` away on either side
+            (Longformer's window). None (the default) is the paper's full attention. Encoder-decoder attention stays
+            full; decoding caches keep at most `sliding_window` keys and values per layer; encoders also take a
+            `global_attention_mask` (Longformer's global tokens). With sdpa, long sequences are attended block by
+            block, at a cost linear in their length.
+    """
+
+    sliding_window: int | None = positive(default=None)
+
+
 class SlidingWindowAttention(FullAttention):
     """Local attention (`config.sliding_window`): each query sees the keys within its window and the global tokens,
     through transformers' sliding-window masks, or, with sdpa, block by block (`BandedAttention`) where the bands
@@ -328,6 +347,7 @@ class SlidingWindowAttention(FullAttention):
     which serves every length with one graph (the bands' shapes depend on the length's multiples of a block); global
     tokens, whose number depends on the values of the mask, take it while compiling."""
 
+    config_fields = SlidingWindowFields
     config_field = "sliding_window"
     causal_mask = staticmethod(create_sliding_window_causal_mask)
     bidirectional_mask = staticmethod(create_bidirectional_sliding_window_mask)

@@ -8,10 +8,13 @@ This module imports nothing but torch and the configuration: `save_pretrained` c
 modeling code.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from .configuration_aiayn import AiaynTextConfig
+if TYPE_CHECKING:
+    from .configuration_aiayn import AiaynTextConfig
 
 
 def inverse_frequencies(dim: int, base: float) -> torch.Tensor:
@@ -42,7 +45,7 @@ class AiaynRotaryEmbedding(nn.Module):
     Uses the half-split pairing `(x_i, x_{i + d/2})` of GPT-NeoX and Llama.
     """
 
-    def __init__(self, config: AiaynTextConfig):
+    def __init__(self, config: "AiaynTextConfig"):
         super().__init__()
         self.head_dim = config.d_kv
         self.base = config.rope_theta
@@ -89,7 +92,7 @@ class AiaynRelativePositionBias(nn.Module):
     A stack owns one and all its layers share it (T5's layer 0 owns the table and passes the bias on).
     """
 
-    def __init__(self, config: AiaynTextConfig, bidirectional: bool):
+    def __init__(self, config: "AiaynTextConfig", bidirectional: bool):
         super().__init__()
         self.bidirectional = bidirectional
         self.num_buckets = config.relative_attention_num_buckets
