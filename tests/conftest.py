@@ -23,6 +23,18 @@ VOCAB = 97
 torch.set_num_threads(1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """Fails a test that leaves its process at another number of torch threads (and restores it): under pytest-xdist
+    the tests after it on that worker would compete with the other workers for the cores."""
+    threads = torch.get_num_threads()
+    yield
+    left = torch.get_num_threads()
+    if left != threads:
+        torch.set_num_threads(threads)
+        pytest.fail(f"the test left torch at {left} threads; the suite runs at {threads}")
+
+
 def hub_loading_environment(tmp_path) -> dict:
     """The environment of a subprocess that loads a saved folder as from the hub, without aiayn on its path: offline,
     with its own module cache, and with this process's number of threads, so that its results match bit for bit."""

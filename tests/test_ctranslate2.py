@@ -13,6 +13,7 @@ from conftest import VOCAB, tiny_config, word_tokenizer
 from test_conversion import bart_config, gpt2_config, t5_config, t5_v1_1
 
 import aiayn
+from aiayn import cli
 from aiayn.conversion import convert_from_hf
 from aiayn.ctranslate2_export import ctranslate2_spec, export_ctranslate2, vocabulary
 
@@ -40,6 +41,9 @@ VARIANTS = {
 # The engine's Generator places a prompt's relative positions wrongly (refused): decoders take T5's layout with learned
 # positions.
 DECODER_VARIANTS = {**VARIANTS, "t5": {**VARIANTS["t5"], "position_embedding_type": "learned"}}
+
+# The engines' OpenMP threads are the process's: at their default (every core) they would leave torch there too.
+THREADS = torch.get_num_threads()
 
 
 def variant_options(variant: str, family: str) -> dict:
@@ -172,7 +176,9 @@ def assert_engine_decodes_as_aiayn(model, folder: str, decoding: dict, rows=None
     eos = model.generation_config.eos_token_id
     end_token = vocab[eos[0] if isinstance(eos, list) else eos]
     rows = input_rows(model, decoding) if rows is None else rows
-    runner = (ctranslate2.Translator if model.config.is_encoder_decoder else ctranslate2.Generator)(folder)
+    runner = (ctranslate2.Translator if model.config.is_encoder_decoder else ctranslate2.Generator)(
+        folder, intra_threads=THREADS
+    )
     expected_tokens, expected_scores = aiayn_outputs(model, rows, decoding)
     tokens, scores = engine_outputs(runner, rows, vocab, decoding, end_token)
     assert tokens == expected_tokens
@@ -226,7 +232,7 @@ def test_the_engines_log_probabilities_are_aiayns(tmp_path, variant, family):
         labels, _ = padded(targets, -100, left=False)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask, labels=labels).logits
-        runner = ctranslate2.Translator(folder)
+        runner = ctranslate2.Translator(folder, intra_threads=THREADS)
         sources = [[vocab[i] for i in row] for row in rows]
         results = runner.score_batch(sources, [[vocab[i] for i in target[:-1]] for target in targets])
         scored = targets
@@ -234,7 +240,9 @@ def test_the_engines_log_probabilities_are_aiayns(tmp_path, variant, family):
         ids, mask = padded(rows, 0, left=False)
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        results = ctranslate2.Generator(folder).score_batch([[vocab[i] for i in r] for r in rows])
+        results = ctranslate2.Generator(folder, intra_threads=THREADS).score_batch(
+            [[vocab[i] for i in r] for r in rows]
+        )
         scored = [row[1:] for row in rows]
     log_probs = logits.log_softmax(-1)
     for i, (result, row) in enumerate(zip(results, scored, strict=True)):
@@ -269,7 +277,7 @@ def test_converted_gpt2_t5_and_bart_weights_decode_in_the_engine_as_in_aiayn(tmp
 def test_the_engines_encoder_gives_aiayns_states_and_pooled_output(tmp_path, overrides):
     torch.manual_seed(0)
     model = aiayn.AiaynEncoderModel(tiny_config("encoder", initializer_range=INIT_STD, **overrides)).eval()
-    encoder = ctranslate2.Encoder(exported_folder(model, tmp_path / "ct2"))
+    encoder = ctranslate2.Encoder(exported_folder(model, tmp_path / "ct2"), intra_threads=THREADS)
     rows = token_rows()
     ids, mask = padded(rows, 0, left=False)
     types = ((torch.arange(ids.shape[1]) >= 4).long() * mask) if model.config.type_vocab_size else None
@@ -294,7 +302,7 @@ def test_an_encoder_checkpoint_without_a_pooler_exports_its_states(tmp_path):
     masked_lm.save_pretrained(tmp_path / "mlm")
     word_tokenizer().save_pretrained(tmp_path / "mlm")
     export_ctranslate2(str(tmp_path / "mlm"), str(tmp_path / "ct2"))
-    out = ctranslate2.Encoder(str(tmp_path / "ct2")).forward_batch([["w5", "w6", "w7"]])
+    out = ctranslate2.Encoder(str(tmp_path / "ct2"), intra_threads=THREADS).forward_batch([["w5", "w6", "w7"]])
     assert out.pooler_output is None
     with torch.no_grad():
         expected = masked_lm.model(input_ids=torch.tensor([[5, 6, 7]])).last_hidden_state[0]
@@ -313,7 +321,7 @@ def test_int8_export_quantizes_the_weights_and_decodes(tmp_path):
         out = export_ctranslate2(str(folder), str(tmp_path / quantization), quantization=quantization)
         sizes[quantization] = os.path.getsize(os.path.join(out, "model.bin"))
     assert sizes["int8"] < 0.35 * sizes["float32"]
-    translator = ctranslate2.Translator(str(tmp_path / "int8"))
+    translator = ctranslate2.Translator(str(tmp_path / "int8"), intra_threads=THREADS)
     assert translator.compute_type == "int8_float32"
     result = translator.translate_batch([["w5", "w6", "w7", "</s>"]], max_decoding_length=10)
     assert result[0].hypotheses[0]
@@ -340,7 +348,8 @@ def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path):
         ctranslate2_spec(too_small, tokenizer)
 
 
-def test_the_cli_refuses_with_a_message_and_writes_nothing(tmp_path):
+def test_the_cli_refuses_with_a_message_and_writes_nothing(tmp_path, capsys):
+    """`aiayn export ctranslate2` as the console script calls it (`cli.main`): exit status 2 and the reason."""
     folder = tmp_path / "windowed"
     seeded_model("decoder", sliding_window=8).save_pretrained(folder)
     word_tokenizer().save_pretrained(folder)
@@ -355,9 +364,10 @@ def test_the_cli_refuses_with_a_message_and_writes_nothing(tmp_path):
         (tmp_path / "windowed", existing, "exists; pass force=True"),
     ]
     for source, destination, message in cases:
-        command = [sys.executable, "-m", "aiayn.cli", "export", "ctranslate2", str(source), str(destination)]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["export", "ctranslate2", str(source), str(destination)])
+        stderr = capsys.readouterr().err
+        assert exited.value.code == 2 and message in stderr, stderr[-2000:]
     assert not (tmp_path / "out").exists() and os.listdir(existing) == []
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".ctranslate2-")]
 
@@ -370,14 +380,16 @@ def test_force_replaces_an_export_only_once_the_new_one_is_written(tmp_path):
     out = str(tmp_path / "ct2")
     export_ctranslate2(str(folder), out, quantization="int8")
     export_ctranslate2(str(folder), out, force=True)
-    assert ctranslate2.Generator(out).compute_type == "float32"
+    assert ctranslate2.Generator(out, intra_threads=THREADS).compute_type == "float32"
     assert sorted(os.listdir(tmp_path)) == ["ct2", "model"]
 
 
 def test_an_encoder_classifier_exports_its_body_and_pooler(tmp_path):
     torch.manual_seed(0)
     classifier = aiayn.AiaynEncoderForSequenceClassification(tiny_config("encoder", num_labels=3)).eval()
-    out = ctranslate2.Encoder(exported_folder(classifier, tmp_path / "ct2")).forward_batch([["w5", "w6", "w7"]])
+    out = ctranslate2.Encoder(exported_folder(classifier, tmp_path / "ct2"), intra_threads=THREADS).forward_batch(
+        [["w5", "w6", "w7"]]
+    )
     with torch.no_grad():
         expected = classifier.model(input_ids=torch.tensor([[5, 6, 7]]))
     torch.testing.assert_close(torch.as_tensor(np.array(out.pooler_output)), expected.pooler_output, rtol=0, atol=5e-6)
@@ -388,7 +400,7 @@ def test_sinusoids_are_written_for_max_positions_and_the_engine_refuses_past_the
     spec = ctranslate2_spec(model, word_tokenizer(), max_positions=12)
     assert spec.decoder.position_encodings.encodings.shape == (12, model.config.d_model)
     folder = export_ctranslate2(model, tmp_path / "ct2", max_positions=12, tokenizer=word_tokenizer())
-    generator = ctranslate2.Generator(folder)
+    generator = ctranslate2.Generator(folder, intra_threads=THREADS)
     options = {"include_prompt_in_result": False}
     # 6 prompt tokens and 6 generated ones are read at positions 0 to 11; the 7th generated token is not read back.
     assert len(generator.generate_batch([["w5"] * 6], max_length=7, min_length=7, **options)[0].sequences[0]) == 7

@@ -16,8 +16,9 @@ from aiayn.training import parse_overrides
 
 
 def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
+    threads = torch.get_num_threads()  # this worker's share of the cores (one under pytest-xdist)
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "demo", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "aiayn.cli", "demo", "--quick", "--out", str(tmp_path), "--threads", str(threads)],
         capture_output=True,
         text=True,
         timeout=600,

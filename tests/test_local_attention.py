@@ -352,7 +352,8 @@ def test_continuous_batching_with_a_window_gives_generates_tokens():
     generator = torch.Generator().manual_seed(11)
     prompts = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (3, 8, 12, 17)]
     config = transformers.GenerationConfig(max_new_tokens=30, do_sample=False, eos_token_id=None)
-    outputs = model.generate_batch(inputs=prompts, generation_config=config)
+    paged_cache = transformers.ContinuousBatchingConfig(num_blocks=16, page_size=16, max_batch_tokens=64)
+    outputs = model.generate_batch(inputs=prompts, generation_config=config, continuous_batching_config=paged_cache)
     batched = [outputs[request].generated_tokens for request in sorted(outputs)]
     alone = [model.generate(torch.tensor([p]), generation_config=config)[0, len(p) :].tolist() for p in prompts]
     assert batched == alone and all(len(tokens) == 30 for tokens in batched)
@@ -499,7 +500,7 @@ def test_the_long_inputs_comparison_trains_the_runs_and_saves_the_windowed_model
     windowed folder loads with its window."""
     from aiayn.experiments.long_inputs import QUICK, main
 
-    results = main(str(tmp_path), quick=True)
+    results = main(str(tmp_path), quick=True, threads=torch.get_num_threads())
     short, long = f"full-{QUICK.short}", f"full-{QUICK.long}"
     window_short, window_long = (f"window-{QUICK.window}-{length}" for length in (QUICK.short, QUICK.long))
     bigbird = f"bigbird-{QUICK.window}+{QUICK.random_blocks}-{QUICK.long}"

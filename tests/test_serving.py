@@ -18,6 +18,9 @@ import transformers
 from conftest import VOCAB, lm_model, word_tokenizer
 
 PROMPT_LENGTHS = (3, 8, 12, 17)
+# A paged cache sized for these prompts on a CPU, as the serving page sizes it: by default transformers sizes it from
+# the free memory and spends seconds filling it.
+PAGED_CACHE = transformers.ContinuousBatchingConfig(num_blocks=16, page_size=16, max_batch_tokens=64)
 
 
 def prompts() -> list[list[int]]:
@@ -38,7 +41,9 @@ def test_continuous_batching_gives_generates_tokens(position, attn_implementatio
     """`generate_batch` packs the 4 prompts into one paged cache, prefills and decodes them together; each request's
     tokens are those `generate` gives it alone. Eager attention runs as transformers' `paged|eager`."""
     model = lm_model("decoder", attn_implementation, position_embedding_type=position, pad_token_id=0)
-    outputs = model.generate_batch(inputs=prompts(), generation_config=greedy())
+    outputs = model.generate_batch(
+        inputs=prompts(), generation_config=greedy(), continuous_batching_config=PAGED_CACHE
+    )
     batched = [outputs[request].generated_tokens for request in sorted(outputs)]
     alone = [model.generate(torch.tensor([p]), generation_config=greedy())[0, len(p) :].tolist() for p in prompts()]
     assert batched == alone and all(len(tokens) == 8 for tokens in batched)
@@ -52,7 +57,7 @@ def test_continuous_batching_gives_generates_tokens(position, attn_implementatio
 def test_continuous_batching_refuses_what_it_cannot_run(family, overrides, problem):
     model = lm_model(family, **overrides)
     with pytest.raises(ValueError, match=problem):
-        model.generate_batch(inputs=prompts(), generation_config=greedy())
+        model.generate_batch(inputs=prompts(), generation_config=greedy(), continuous_batching_config=PAGED_CACHE)
 
 
 def free_port() -> int:

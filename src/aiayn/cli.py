@@ -179,7 +179,7 @@ def average(args: argparse.Namespace) -> None:
 def demo(args: argparse.Namespace) -> None:
     from .experiments.demo import main as run_demo
 
-    run_demo(args.out, quick=args.quick)
+    run_demo(args.out, quick=args.quick, threads=args.threads)
 
 
 def ablate(args: argparse.Namespace) -> None:
@@ -199,7 +199,7 @@ def versus_marian(args: argparse.Namespace) -> None:
 def long_inputs(args: argparse.Namespace) -> None:
     from .experiments.long_inputs import main as run_long_inputs
 
-    run_long_inputs(args.out, quick=args.quick)
+    run_long_inputs(args.out, quick=args.quick, threads=args.threads)
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -238,6 +238,7 @@ def _average_arguments(parser: argparse.ArgumentParser) -> None:
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="folder for the trained models, plots and summary")
     parser.add_argument("--quick", action="store_true", help="the same stages with smaller models and fewer steps")
+    _threads_argument(parser)
 
 
 def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -269,6 +270,14 @@ def _versus_marian_arguments(parser: argparse.ArgumentParser) -> None:
 def _long_inputs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/long-inputs", help="folder for the runs, the table and the JSON")
     parser.add_argument("--quick", action="store_true", help="a small model, short blocks and few steps")
+    _threads_argument(parser)
+
+
+def _threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch threads (default: one per core); fewer leave cores to other jobs, as the test suite's workers",
+    )  # fmt: skip
 
 
 def _hub_folder_arguments(parser: argparse.ArgumentParser) -> None:

@@ -492,8 +492,8 @@ def answers(run: Run) -> bool:
     return run.task != "masked-image-modeling"
 
 
-def main(out: str, quick: bool = False) -> dict[str, dict]:
-    torch.set_num_threads(os.cpu_count() or 1)
+def main(out: str, quick: bool = False, threads: int | None = None) -> dict[str, dict]:
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     throughput = [matmul_throughput(device)]  # before and after: a neighbour's load moves it

@@ -146,8 +146,8 @@ def comparison_table(results: dict[str, dict], setting: Setting) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def main(out: str, quick: bool = False) -> dict[str, dict]:
-    torch.set_num_threads(os.cpu_count() or 1)
+def main(out: str, quick: bool = False, threads: int | None = None) -> dict[str, dict]:
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
     setting = QUICK if quick else FULL
     windowed_long = f"window-{setting.window}-{setting.long}"
