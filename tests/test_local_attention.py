@@ -17,7 +17,7 @@ from torch.export import Dim
 from torch.nn.attention.flex_attention import BlockMask
 
 from aiayn.attention_aiayn import AiaynSelfAttention, AttentionPatternInputs, DotProductScore
-from aiayn.local_attention_aiayn import BandedAttention, SlidingWindowAttention
+from aiayn.local_attention_aiayn import BandedAttention, BandGeometry, SlidingWindowAttention
 from aiayn.positions_aiayn import AiaynRelativePositionBias
 
 WINDOW = 8
@@ -347,12 +347,16 @@ def test_beam_search_with_a_window_equals_uncached_beam_search(family):
 
 
 def test_continuous_batching_with_a_window_gives_generates_tokens():
-    """transformers' paged cache keeps each request's window; 30 new tokens run far past it."""
+    """transformers' paged cache keeps each request's window; 30 new tokens run far past it. The prefill packs the 6
+    prompts into one sequence of 94 tokens, longer than one sequence needs to be attended in bands: packed requests
+    must stay masked from each other."""
     model = windowed("decoder", pad_token_id=0)
     generator = torch.Generator().manual_seed(11)
-    prompts = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in (3, 8, 12, 17)]
+    lengths = (3, 8, 12, 17, 24, 30)
+    prompts = [torch.randint(3, VOCAB, (length,), generator=generator).tolist() for length in lengths]
+    assert BandGeometry(WINDOW, is_causal=True).is_cheaper(sum(lengths))
     config = transformers.GenerationConfig(max_new_tokens=30, do_sample=False, eos_token_id=None)
-    paged_cache = transformers.ContinuousBatchingConfig(num_blocks=16, page_size=16, max_batch_tokens=64)
+    paged_cache = transformers.ContinuousBatchingConfig(num_blocks=32, page_size=16, max_batch_tokens=128)
     outputs = model.generate_batch(inputs=prompts, generation_config=config, continuous_batching_config=paged_cache)
     batched = [outputs[request].generated_tokens for request in sorted(outputs)]
     alone = [model.generate(torch.tensor([p]), generation_config=config)[0, len(p) :].tolist() for p in prompts]
