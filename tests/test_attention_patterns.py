@@ -461,8 +461,8 @@ NEW_VARIANT_RUN = textwrap.dedent(
     for weights in output.attentions:
         assert bool((weights[..., ~seen] == 0).all()) and bool((weights[..., seen] > 0).all())
     model.set_attn_implementation("sdpa")
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits, output.logits, rtol=0, atol=1e-5)
+    with torch.no_grad():  # measured 4.5e-8 apart (float32 sums in another order)
+        torch.testing.assert_close(model(ids).logits, output.logits, rtol=0, atol=1e-6)
         expected = model(ids).logits
     model.save_pretrained(sys.argv[2])
     torch.save({"ids": ids, "logits": expected}, sys.argv[2] + "/expected.pt")

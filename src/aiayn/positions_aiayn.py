@@ -4,7 +4,7 @@ relative position bias, and the positions of new tokens.
 Absolute encodings (sinusoidal, learned) are added to the token embeddings (`modeling_aiayn.AiaynEmbeddings`); the
 relative bias and the rotary tables are read by attention (`attention_aiayn.prepare_attention_inputs`).
 
-This module imports nothing but torch and the configuration: `save_pretrained` copies it next to the weights with the
+This module imports nothing but torch: `save_pretrained` copies it next to the weights with the
 modeling code.
 """
 
