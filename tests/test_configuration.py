@@ -194,7 +194,11 @@ def test_paper_presets_match_table_3():
         assert config.position_embedding_type == "sinusoidal" and config.scale_embedding and config.tie_word_embeddings
         # Section 5.4 names residual and embedding dropout only.
         assert config.attention_dropout == config.activation_dropout == 0.0
-        assert config.generation_defaults == {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
+        assert (
+            config.generation_defaults
+            == aiayn.configuration_aiayn.PAPER_DECODING
+            == {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_len_a": 1, "max_len_b": 50}
+        )
 
 
 def paper_parameter_count(vocab: int, d: int, d_ff: int, layers: int) -> int:

@@ -273,20 +273,27 @@ def paper_model(**overrides):
 
 
 def test_paper_presets_decode_with_the_papers_recipe(tmp_folder):
-    """Section 6.1: beam size 4, length penalty 0.6, outputs of at most input length + 50 tokens."""
+    """Section 6.1: beam size 4, length penalty 0.6, outputs of at most input length + 50 tokens, the search ended
+    once 4 hypotheses have ended."""
     for name in ("transformer-base", "transformer-big"):
         config = aiayn.preset_config(name)
-        assert config.generation_defaults == {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
+        assert (
+            config.generation_defaults
+            == aiayn.configuration_aiayn.PAPER_DECODING
+            == {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_len_a": 1, "max_len_b": 50}
+        )
     model = paper_model()
     generation_config = model.generation_config
     assert (generation_config.num_beams, generation_config.length_penalty) == (4, 0.6)
+    assert generation_config.early_stopping is True  # "terminate early when possible"
     assert (generation_config.max_len_a, generation_config.max_len_b) == (1, 50)
     model.save_pretrained(tmp_folder)
     with open(os.path.join(tmp_folder, "generation_config.json")) as f:
         saved = json.load(f)
-    assert {k: saved[k] for k in ("num_beams", "length_penalty", "max_len_a", "max_len_b")} == {
+    assert {k: saved[k] for k in ("num_beams", "length_penalty", "early_stopping", "max_len_a", "max_len_b")} == {
         "num_beams": 4,
         "length_penalty": 0.6,
+        "early_stopping": True,
         "max_len_a": 1,
         "max_len_b": 50,
     }

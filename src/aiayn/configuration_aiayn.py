@@ -524,8 +524,9 @@ _PAPER = {
     "activation_dropout": 0.0,
 }
 # Section 6.1: "beam search with a beam size of 4 and length penalty alpha = 0.6 ... maximum output length during
-# inference to input length + 50, but terminate early when possible".
-PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "max_len_a": 1, "max_len_b": 50}
+# inference to input length + 50, but terminate early when possible": the search ends once 4 hypotheses have ended
+# (`early_stopping=True`; transformers' default, False, searches on while an unfinished beam could score better).
+PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_len_a": 1, "max_len_b": 50}
 _BERT = {
     "position_embedding_type": "learned",
     "norm_first": False,
