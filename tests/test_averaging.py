@@ -11,7 +11,7 @@ from conftest import lm_model, padded_batch, tiny_config
 from safetensors.torch import load_file
 
 import aiayn
-from aiayn.averaging import average_checkpoints, checkpoint_folders
+from aiayn.averaging import LastCheckpointsAveraging, average_checkpoints, checkpoint_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,3 +95,30 @@ def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert too_many.returncode == 2 and "has 4 checkpoint folders; 9 were asked for" in too_many.stderr
+
+
+def test_a_trainer_run_ends_with_the_mean_of_its_last_checkpoints(tmp_path):
+    model = aiayn.AiaynDecoderForCausalLM(tiny_config("decoder"))
+    ids, mask = padded_batch()
+    rows = [{"input_ids": ids[i], "attention_mask": mask[i], "labels": ids[i].masked_fill(mask[i] == 0, -100)}
+            for i in range(3)]  # fmt: skip
+    seen = {}
+
+    class Record(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            seen[state.global_step] = {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=7, per_device_train_batch_size=1, learning_rate=1e-2, report_to="none",
+        save_strategy="no", use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    callbacks = [Record(), LastCheckpointsAveraging(count=3, every=2)]
+    transformers.Trainer(model=model, args=args, train_dataset=rows, callbacks=callbacks).train()
+    for name, tensor in model.state_dict().items():  # steps 2, 4 and 6; step 7 is past the last multiple of 2
+        mean = (seen[2][name].float() + seen[4][name].float() + seen[6][name].float()) / 3
+        assert torch.equal(tensor, mean.to(tensor.dtype)), name
+    assert not torch.equal(model.state_dict()["lm_head.weight"], seen[7]["lm_head.weight"])
+    with pytest.raises(ValueError, match="kept 1 checkpoints of the 3 to average: it ended at step 3 of 3"):
+        args.max_steps = 3
+        short = [LastCheckpointsAveraging(count=3, every=2)]
+        transformers.Trainer(model=model, args=args, train_dataset=rows, callbacks=short).train()

@@ -3,6 +3,7 @@
 `average_checkpoints(folders, output)` averages the weights of checkpoints of one model, saved by `save_pretrained`
 or by the Trainer (`checkpoint-<step>` folders), in float32, and writes a folder that loads like the last one: its
 config, generation config, tokenizer and modeling code, with the averaged `model.safetensors`.
+`LastCheckpointsAveraging` does the same within a `Trainer` run, from weights it keeps in memory.
 """
 
 import json
@@ -12,6 +13,7 @@ import shutil
 import tempfile
 
 import torch
+import transformers
 from safetensors.torch import load_file, save_file
 
 WEIGHTS, INDEX, PICKLED = "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"
@@ -86,6 +88,32 @@ def average_weights(states: list[dict[str, torch.Tensor]], names: list[str]) -> 
             total += state[key].float()
         averaged[key] = (total / len(states)).to(tensor.dtype)
     return averaged
+
+
+class LastCheckpointsAveraging(transformers.TrainerCallback):
+    """Section 6.1's averaging within a `Trainer` run: keeps the weights every `every` steps over the run's last
+    `count * every` steps and loads their mean (`average_weights`) into the model when training ends, so that the
+    evaluation and the saved folder are the averaged model's. Nothing is written: the paper's checkpoints written at
+    intervals, without the disk."""
+
+    def __init__(self, count: int, every: int):
+        if count < 2 or every < 1:
+            raise ValueError(f"averaging needs 2 or more checkpoints 1 or more steps apart, not {count} every {every}")
+        self.count, self.every, self.kept = count, every, {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0 and state.global_step > state.max_steps - self.count * self.every:
+            self.kept[state.global_step] = {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if len(self.kept) < self.count:
+            raise ValueError(
+                f"the run kept {len(self.kept)} checkpoints of the {self.count} to average: it ended at step "
+                f"{state.global_step} of {state.max_steps}."
+            )
+        steps = sorted(self.kept)
+        model.load_state_dict(average_weights([self.kept[s] for s in steps], [f"step {s}" for s in steps]))
+        self.kept.clear()
 
 
 def average_checkpoints(folders: list[str], output: str, allow_pickle: bool = False) -> dict[str, torch.Tensor]:
