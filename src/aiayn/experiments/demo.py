@@ -86,10 +86,10 @@ class Run:
 # run has none and the longer GPU run keeps the paper's. The shared Unigram vocabulary is learned from every third
 # verse pair: the trainer's time grows with the text it reads (13 s for every pair, 4 s for a third, on a Zen 4).
 # Batches of 8 pairs for 3200 steps see the tokens that 800 batches of 32 see, in four times the updates, for about
-# 1.5 times the training's seconds: BLEU 11.5 against 4.0 at a peak of 7e-4 with one tokenizer; 1e-3 was best of 7e-4,
-# 1e-3 and 1.4e-3 with another. The model evaluated and saved is the mean of the last 5 checkpoints, 100 steps apart,
-# as the paper's base models average the last 5 (section 6.1): BLEU 12.9 against 10.9 for the last one alone, loss
-# 3.374 against 3.439, in one run on 2 threads.
+# 1.5 times the training's seconds: BLEU 11.5 against 4.0 at a peak of 7e-4 with one tokenizer; with another, 10.9 at
+# 1e-3 and 10.8 at 7e-4 (2 threads), 11.8 at 1e-3 and 9.7 at 1.4e-3 (1 thread). The model evaluated and saved is
+# the mean of the last 5 checkpoints, 100 steps apart, as the paper's base models average the last 5 (section 6.1):
+# BLEU 12.9 against 10.9 for the last one alone, loss 3.374 against 3.439, in one run on 2 threads.
 PAPER_TRANSLATION = {"paper_recipe": True, "max_pair_tokens": 28, "tokenizer_samples": 10000,
                      "averaged_checkpoints": 5}  # fmt: skip
 # The GPT-style model reads Shakespeare in a byte-level BPE of 512 tokens (about 2.4 characters a token), as
