@@ -43,8 +43,8 @@ ROWS_A_TO_D = [
 # Validation loss of the runs below, seeds 0 and 1, on the CPU. Two steps at warmup leave the models at their
 # initialisation, so the loss is that of the initial weights on the 24 verses each seed draws, where anything that
 # changes the initialisation, the tokenizer, the sample, the data order or the loss moves it far beyond the
-# tolerance (seeds 0 and 1 are 4% apart), which leaves room for another CPU's float32 rounding.
-TWO_STEP_LOSSES = {"base": [10.325329, 9.922901], "learned positions": [11.050185, 11.394315]}
+# tolerance (seeds 0 and 1 are 1% to 12% apart), which leaves room for another CPU's float32 rounding.
+TWO_STEP_LOSSES = {"base": [9.254386, 10.398683], "learned positions": [10.958154, 11.113478]}
 
 
 def test_ablate_runs_rows_and_writes_its_table_json_and_plot(tmp_path):

@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import sacrebleu
@@ -128,6 +130,27 @@ def test_tokenizers_agree_with_the_config_and_round_trip(family, tmp_path):
         assert tokenizer.convert_tokens_to_ids(sentinel(99)) == len(tokenizer) - 1
     if family == "decoder":
         assert tokenizer.padding_side == "left"
+
+
+TRAIN_IN_A_NEW_PROCESS = """
+import hashlib, sys
+from aiayn import data
+from aiayn.tokenization import train_tokenizer
+tokenizer = train_tokenizer(sys.argv[1], data.shakespeare()["train"]["text"][:3000], vocab_size=800)
+print(hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "seq2seq"])
+def test_tokenizers_are_the_same_in_every_process(family):
+    """Vocabulary, ids, merges and scores: two processes (each with its own hash seeds) train the same tokenizer."""
+    trained = [
+        subprocess.run(
+            [sys.executable, "-c", TRAIN_IN_A_NEW_PROCESS, family], capture_output=True, text=True, check=True
+        )
+        for _ in range(2)
+    ]
+    assert trained[0].stdout == trained[1].stdout and len(trained[0].stdout.strip()) == 64
 
 
 def test_metrics_equal_sacrebleu_and_are_evaluate_modules():

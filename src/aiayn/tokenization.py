@@ -1,4 +1,4 @@
-"""Tokenizers trained with `tokenizers` on a corpus and returned as transformers fast tokenizers.
+"""Tokenizers trained on a corpus and returned as transformers fast tokenizers.
 
 Each family gets the kind of tokenizer its reference model uses, with special tokens at the ids the aiayn configs
 expect (`pad_token_id=0`, `bos_token_id=1`, `eos_token_id=2`):
@@ -7,8 +7,16 @@ expect (`pad_token_id=0`, `bos_token_id=1`, `eos_token_id=2`):
 - encoder: WordPiece (BERT, cased): `[PAD] [CLS] [SEP] [UNK] [MASK]`, `[CLS] A [SEP] B [SEP]` templates;
 - seq2seq: Unigram (T5's SentencePiece model): `<pad> <s> </s> <unk>`, `</s>` after every sequence, and
   `<extra_id_0>` ... sentinels for span corruption at the end of the vocabulary.
+
+The same texts give the same tokenizer, ids and scores included, in every process and on any number of cores.
+The trainers of `tokenizers` for WordPiece and Unigram alone do not: they visit the words in the order of a hash map
+seeded anew in each process. WordPiece's trainer gives its `##` tokens ids in that order, and breaks ties between
+merges by ids; so a first pass finds the `##` tokens and the training pass gets them, in order, with the special
+tokens. The Unigram model is trained with `sentencepiece`, which reads the texts in order, on a fixed number of
+threads with a fixed seed.
 """
 
+import io
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -45,14 +53,31 @@ def _byte_level_bpe(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
 
 
 def _wordpiece(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    tokenizer = Tokenizer(models.WordPiece(unk_token=ENCODER_SPECIAL["unk_token"]))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=list(ENCODER_SPECIAL.values()), show_progress=False
-    )
-    tokenizer.train_from_iterator(texts, trainer)
+    texts = list(texts)  # read twice
+
+    def untrained():
+        tokenizer = Tokenizer(models.WordPiece(unk_token=ENCODER_SPECIAL["unk_token"]))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        return tokenizer
+
+    def trainer(vocab_size, special_tokens):
+        return trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False)
+
+    # The trainer gives the special tokens and the characters ids in order but the "##" tokens of the characters
+    # inside words ids in the order of a hash map, and merges with equal counts go in the order of their tokens' ids.
+    # So a first pass (no merges) finds these tokens, and the second has them all in order before it learns merges.
+    alphabet = untrained()
+    alphabet.train_from_iterator(texts, trainer(0, list(ENCODER_SPECIAL.values())))
+    vocab = alphabet.get_vocab()
+    first = [token for token in sorted(vocab, key=vocab.get) if not token.startswith("##")]
+    tokens = first + sorted(token for token in vocab if token.startswith("##"))
+    learned = untrained()
+    learned.train_from_iterator(texts, trainer(vocab_size, tokens))
+    tokenizer = untrained()
+    tokenizer.model = learned.model
+    tokenizer.add_special_tokens(list(ENCODER_SPECIAL.values()))
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -60,18 +85,54 @@ def _wordpiece(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **ENCODER_SPECIAL)
 
 
+SENTENCEPIECE_THREADS = 4  # its sums, and so the scores, depend on the number of threads: fixed, not the cores'
+
+
 def _unigram(texts: Iterable[str], vocab_size: int, num_sentinels: int) -> PreTrainedTokenizerFast:
+    import sentencepiece
+
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(r"\s+", " ")])
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(
+    sentences = [sentence for sentence in map(tokenizer.normalizer.normalize_str, texts) if sentence.strip()]
+    # SentencePiece's own normalization off (the texts are normalized as the tokenizer will), pieces within words
+    # that start with "▁" as Metaspace splits them, and every text read, none skipped for its length.
+    model = io.BytesIO()
+    sentencepiece.set_random_generator_seed(0)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        model_type="unigram",
         vocab_size=vocab_size,
-        special_tokens=list(SEQ2SEQ_SPECIAL.values()),
-        unk_token=SEQ2SEQ_SPECIAL["unk_token"],
-        show_progress=False,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        normalization_rule_name="identity",
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=True,
+        split_by_whitespace=True,
+        split_by_unicode_script=False,
+        split_by_number=False,
+        treat_whitespace_as_suffix=False,
+        byte_fallback=False,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        max_sentence_length=max([4192, *(len(sentence.encode()) + 1 for sentence in sentences)]),
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        pad_piece=SEQ2SEQ_SPECIAL["pad_token"],
+        bos_piece=SEQ2SEQ_SPECIAL["bos_token"],
+        eos_piece=SEQ2SEQ_SPECIAL["eos_token"],
+        unk_piece=SEQ2SEQ_SPECIAL["unk_token"],
+        num_threads=SENTENCEPIECE_THREADS,
+        minloglevel=2,
     )
-    tokenizer.train_from_iterator(texts, trainer)
+    trained = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    pieces = [(trained.id_to_piece(i), trained.get_score(i)) for i in range(trained.get_piece_size())]
+    tokenizer.model = models.Unigram(pieces, unk_id=trained.unk_id())
+    tokenizer.add_special_tokens(list(SEQ2SEQ_SPECIAL.values()))
     eos = tokenizer.token_to_id(SEQ2SEQ_SPECIAL["eos_token"])
     tokenizer.post_processor = processors.TemplateProcessing(
         single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos)]
