@@ -85,11 +85,11 @@ class Run:
 # slows it more than it guards against overfitting (README, "The demo", has the BLEU with and without), so the CPU
 # run has none and the longer GPU run keeps the paper's. The shared Unigram vocabulary is learned from every third
 # verse pair: the trainer's time grows with the text it reads (13 s for every pair, 4 s for a third, on a Zen 4).
-# Batches of 8 pairs for 3200 steps see the tokens that 800 batches of 32 see, in four times the updates, for about
-# 1.5 times the training's seconds: BLEU 11.5 against 4.0 at a peak of 7e-4 with one tokenizer; with another, 10.9 at
-# 1e-3 and 10.8 at 7e-4 (2 threads), 11.8 at 1e-3 and 9.7 at 1.4e-3 (1 thread). The model evaluated and saved is
-# the mean of the last 5 checkpoints, 100 steps apart, as the paper's base models average the last 5 (section 6.1):
-# BLEU 12.9 against 10.9 for the last one alone, loss 3.374 against 3.439, in one run on 2 threads.
+# Batches of 8 pairs see in 2800 steps about the tokens that 700 batches of 32 see, in four times the updates: the
+# same pairs in batches of 8 learn alignments that batches of 32 do not reach in the same epochs (BLEU 11.5 against
+# 4.0 at 3200 and 800 steps). The model evaluated and saved is the mean of the last 5 checkpoints, 1/32 of the run
+# apart, as the paper's base models average the last 5 (section 6.1): at 3200 steps BLEU 12.9 against 10.9 for the
+# last one alone (loss 3.374 against 3.439), so 2800 steps reach 12.5 and 2400 10.6 (docs/results/demo.md).
 PAPER_TRANSLATION = {"paper_recipe": True, "max_pair_tokens": 28, "tokenizer_samples": 10000,
                      "averaged_checkpoints": 5}  # fmt: skip
 # The GPT-style model reads Shakespeare in a byte-level BPE of 512 tokens (about 2.4 characters a token), as
@@ -126,7 +126,7 @@ FULL = (
         overrides=ENCODER["overrides"].replace("dropout=0.0,attention_dropout=0.0", GENRE_DROPOUT), **GENRE),
     Run(name="transformer-en-de", task="translation", preset="transformer-base",
         overrides="d_model=256,num_heads=4,d_ff=512,num_layers=2,num_decoder_layers=2,dropout=0.0", vocab_size=4000,
-        steps=3200, batch_size=8, learning_rate=1e-3, warmup_steps=320, length=48, eval_samples=600,
+        steps=2800, batch_size=8, learning_rate=1e-3, warmup_steps=280, length=48, eval_samples=600,
         **PAPER_TRANSLATION),
 )  # fmt: skip
 # The digits, upscaled by the image processor from 8 x 8 to 16 x 16 and read in patches of 4 (16 patches and the class
