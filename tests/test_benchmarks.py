@@ -129,6 +129,20 @@ def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
     assert peaks[True] + 0.9 * logits_mib <= peaks[False], peaks
 
 
+def test_the_label_smoothing_benchmark_runs_and_the_step_without_logits_holds_less():
+    """Marian and aiayn smoothed by the Trainer, aiayn by its own loss: a row each, and the step without logits holds
+    less than the Trainer's smoothing of the same model, which holds the batch's logits and their log-probabilities
+    (here one chunk of the loss without logits is the whole batch, so the difference is under one logits buffer)."""
+    script = os.path.join(os.path.dirname(COMPARE), "label_smoothing.py")
+    arguments = ["--d-model", "64", "--layers", "1", "--vocab", "4096", "--length", "16", "--batch", "4"]
+    result = subprocess.run([sys.executable, script, *arguments, "--repeats", "1"], capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = {line[:18].strip(): line[18:].split() for line in result.stdout.splitlines()[3:]}
+    assert list(rows) == ["Marian, Trainer", "aiayn, Trainer", "aiayn, model"], result.stdout
+    assert float(rows["aiayn, model"][2]) < float(rows["aiayn, Trainer"][2]), result.stdout
+
+
 def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
     """Full attention, a window the bands serve at this length, one they do not (the masked path), BigBird's random
     blocks in bands, and Linformer's projection."""

@@ -257,10 +257,11 @@ def test_the_loss_without_logits_is_the_loss_over_the_logits(family, use_bias):
 
 @pytest.mark.parametrize("chunk_rows", [1, 4, 64])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_linear_cross_entropy_in_chunks(chunk_rows, autocast):
-    """The chunked loss and its gradients equal cross-entropy over the full logits, whatever the chunk (one row, some
-    rows, all rows), ignored rows included; under bfloat16 autocast the products run in bfloat16 as they would over
-    the logits, and the gradients come back in the parameters' dtype."""
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_linear_cross_entropy_in_chunks(chunk_rows, autocast, smoothing):
+    """The chunked loss and its gradients equal cross-entropy over the full logits, with and without label smoothing,
+    whatever the chunk (one row, some rows, all rows), ignored rows included; under bfloat16 autocast the products run
+    in bfloat16 as they would over the logits, and the gradients come back in the parameters' dtype."""
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(13, 16, generator=generator, requires_grad=True)
     projection = torch.nn.Linear(16, 40)
@@ -271,15 +272,50 @@ def test_linear_cross_entropy_in_chunks(chunk_rows, autocast):
         hidden.grad = projection.weight.grad = projection.bias.grad = None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             if name == "chunked":
-                args = (hidden, projection.weight, projection.bias, labels, -100, chunk_rows, True)
+                args = (hidden, projection.weight, projection.bias, labels, -100, smoothing, chunk_rows, True)
                 loss = LinearCrossEntropy.apply(*args)
             else:
-                loss = F.cross_entropy(projection(hidden).float(), labels, reduction="sum")
+                logits = projection(hidden).float()
+                loss = F.cross_entropy(logits, labels, reduction="sum", label_smoothing=smoothing)
         loss.backward()
         results[name] = [loss, hidden.grad, projection.weight.grad, projection.bias.grad]
     assert [grad.dtype for grad in results["chunked"][1:]] == [torch.float32] * 3
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if autocast else {"rtol": 1e-6, "atol": 1e-6}
     torch.testing.assert_close(results["chunked"], results["reference"], **tolerance)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("skip_logits", [None, False])
+def test_label_smoothing_in_the_model_is_the_trainers(family, skip_logits):
+    """`config.label_smoothing` gives, in training, the loss and gradients of the Trainer's `label_smoothing_factor`
+    (transformers' `LabelSmoother` over the full logits, the causal LM's labels shifted), computed without the logits
+    (`skip_logits` None) or over them (False), for the mean and for the Trainer's `num_items_in_batch`; in evaluation
+    the loss is the plain cross-entropy."""
+    ids, mask = padded_batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, ::3] = -100
+    inputs = lm_inputs(family, ids, mask) | {"labels": labels}
+    smoothed, reference = lm_model(family, label_smoothing=0.1).train(), lm_model(family).train()
+    with torch.no_grad():  # confident predictions, whose smoothed loss is far from the plain one
+        smoothed.get_output_embeddings().weight.mul_(8)
+    reference.load_state_dict(smoothed.state_dict())
+    args = transformers.TrainingArguments("unused", report_to="none", use_cpu=True, label_smoothing_factor=0.1)
+    trainer = transformers.Trainer(model=reference, args=args)
+    losses = []
+    for count in (None, torch.tensor(29)):
+        extra = {} if count is None else {"num_items_in_batch": count}
+        outputs, in_model = loss_and_gradients(smoothed, inputs, skip_logits=skip_logits, **extra)
+        assert (outputs.logits is None) == (skip_logits is None)
+        reference.zero_grad(set_to_none=True)
+        loss = trainer.compute_loss(reference, dict(inputs), num_items_in_batch=count)
+        loss.backward()
+        by_trainer = {"loss": loss.detach(), **{k: p.grad for k, p in reference.named_parameters()}}
+        torch.testing.assert_close(in_model, by_trainer, rtol=1e-5, atol=5e-7)
+        losses.append(in_model["loss"])
+    with torch.no_grad():
+        evaluated, plain = smoothed.eval()(**inputs).loss, reference.eval()(**inputs).loss
+    torch.testing.assert_close(evaluated, plain, rtol=0, atol=0)
+    assert not torch.isclose(evaluated, losses[0], rtol=1e-3)  # 0.3% apart: 300 times the tolerance above
 
 
 def test_the_loss_without_logits_calls_an_adapted_projection():

@@ -33,14 +33,14 @@ def test_paper_recipe_uses_transformers_inverse_sqrt_schedule_which_is_equation_
     4000 warmup steps, through transformers' own `inverse_sqrt` scheduler."""
     model = aiayn.AiaynSeq2SeqForConditionalGeneration(tiny_config("seq2seq", d_model=512, num_heads=8, dropout=0.1))
     trainer = trainer_for(model)
-    PaperRecipe().apply(trainer.args, model.config.d_model)
+    PaperRecipe().apply(trainer.args, model)
     trainer.create_optimizer_and_scheduler(num_training_steps=100_000)
     optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
     assert (
         type(scheduler).__module__ == "torch.optim.lr_scheduler" and trainer.args.lr_scheduler_type == "inverse_sqrt"
     )
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
-    assert trainer.args.label_smoothing_factor == 0.1 and trainer.args.warmup_steps == 4000
+    assert trainer.args.warmup_steps == 4000
     base = trainer.args.learning_rate
     for step in [1, 2, 10, 1000, 3999, 4000, 4001, 10_000, 99_999]:
         assert math.isclose(scheduler.lr_lambdas[0](step) * base, equation_3(step), rel_tol=1e-12)
@@ -65,7 +65,26 @@ def test_paper_recipe_keeps_the_presets_dropout(tmp_path):
         trainer = aiayn.training.build_trainer("translation", model_args, data, arguments)
         assert trainer.model.config.dropout == dropout and trainer.model.config.attention_dropout == 0.0
     assert trainer.args.lr_scheduler_type == "inverse_sqrt" and trainer.args.adam_beta2 == 0.98
-    assert trainer.args.label_smoothing_factor == 0.1 and trainer.args.adam_epsilon == 1e-9
+    assert trainer.args.adam_epsilon == 1e-9
+    # The language model smooths its own loss, without the batch's logits: the Trainer does not smooth again.
+    assert trainer.model.config.label_smoothing == 0.1 and trainer.label_smoother is None
+
+
+def test_the_paper_recipe_smooths_in_the_loss_of_aiayn_language_models_and_in_the_trainer_otherwise():
+    """`PaperRecipe.apply` puts the label smoothing where the loss is computed: an aiayn language model's config, or
+    the Trainer's `label_smoothing_factor` for another head (an aiayn classifier, transformers' own models)."""
+    for model, in_model in (
+        (lm_model("seq2seq"), True),
+        (lm_model("decoder"), True),
+        (aiayn.AiaynEncoderForSequenceClassification(tiny_config("encoder", num_labels=3)), False),
+        (transformers.BertForMaskedLM(transformers.BertConfig(hidden_size=32, num_hidden_layers=1,
+                                                              num_attention_heads=2, intermediate_size=64)), False),
+    ):  # fmt: skip
+        args = transformers.TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
+        PaperRecipe(warmup_steps=10, peak_learning_rate=1e-3).apply(args, model)
+        assert args.label_smoothing_factor == (0.0 if in_model else 0.1)
+        assert getattr(model.config, "label_smoothing", 0.0) == (0.1 if in_model else 0.0)
+        assert args.learning_rate == 1e-3 and args.adam_beta2 == 0.98
 
 
 def smoothed_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, shift=True) -> torch.Tensor:
@@ -112,23 +131,25 @@ class ListDataset(torch.utils.data.Dataset):
         return self.rows[index]
 
 
-@pytest.mark.parametrize("smoothing", [0.0, 0.1])
-def test_gradient_accumulation_gives_the_full_batch_step(smoothing, tmp_path):
+@pytest.mark.parametrize(("smoothing", "smoothed_by"), [(0.0, None), (0.1, "trainer"), (0.1, "model")])
+def test_gradient_accumulation_gives_the_full_batch_step(smoothing, smoothed_by, tmp_path):
     """One step over 4 sequences of different lengths: one batch of 4, or 2 accumulated micro-batches of 2, give the
     same loss (the hand-computed full-batch loss) and the same weights: every micro-batch is divided by the token
-    count of the whole accumulated batch, not by its own."""
+    count of the whole accumulated batch, not by its own; label smoothing by the Trainer (`label_smoothing_factor`)
+    or in the model's loss (`config.label_smoothing`)."""
     batch = padded_lm_batch([9, 2, 6, 3])
     rows = [{key: value[i] for key, value in batch.items()} for i in range(4)]
     results = []
     for batch_size, accumulation in ((4, 1), (2, 2)):
-        model = lm_model("decoder")
+        model = lm_model("decoder", label_smoothing=smoothing if smoothed_by == "model" else 0.0)
         with torch.no_grad():
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         expected = smoothed_causal_lm_loss(logits, batch["labels"], smoothing)
         args = transformers.TrainingArguments(
             output_dir=str(tmp_path / f"{batch_size}"), report_to="none", use_cpu=True, max_steps=1,
             per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation, learning_rate=0.5,
-            optim="sgd", lr_scheduler_type="constant", label_smoothing_factor=smoothing, save_strategy="no",
+            optim="sgd", lr_scheduler_type="constant", save_strategy="no",
+            label_smoothing_factor=smoothing if smoothed_by == "trainer" else 0.0,
             logging_steps=1, disable_tqdm=True,
         )  # fmt: skip
         trainer = transformers.Trainer(model=model, args=args, train_dataset=ListDataset(rows))

@@ -18,7 +18,7 @@ from transformers import AutoConfig, GenerationConfig, PreTrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .attention_variants_aiayn import AttentionFields
-from .field_validators_aiayn import dropout_probability, non_negative, positive
+from .field_validators_aiayn import dropout_probability, non_negative, positive, smoothing_factor
 
 PositionEmbeddingType = Literal["sinusoidal", "learned", "relative", "rotary", "none"]
 # Images: learned (ViT), the paper's sinusoids over the patch index, 2-D sinusoids (row and column), none.
@@ -231,6 +231,12 @@ class AiaynTextConfig(AiaynConfig):
         type_vocab_size: Number of token types (BERT's segment embeddings: 2); 0 for none.
         tie_word_embeddings: Share the pre-softmax projection with the token embeddings (the paper, GPT-2, T5).
         scale_decoder_outputs: Multiply the last hidden states by d_model^-0.5 before the tied LM head (T5 v1.0).
+        label_smoothing: Label smoothing of the language-model heads' loss in training mode (the paper's
+            epsilon_ls = 0.1, section 5.4; BLIP's field): each target keeps 1 - epsilon of its probability and the
+            rest is spread evenly over the vocabulary. The loss is computed without the batch's logits
+            (`losses_aiayn.token_prediction_loss`), where the `Trainer`'s `label_smoothing_factor` smooths the full
+            logits (the same loss, in more time and memory); in evaluation (`model.eval()`) the loss is the plain
+            cross-entropy.
         pad_token_id: The padding token.
         bos_token_id: The token that begins a sequence.
         eos_token_id: The token that ends a sequence: one id, or a list of ids that all end generation.
@@ -251,6 +257,7 @@ class AiaynTextConfig(AiaynConfig):
     type_vocab_size: int = non_negative(default=0)
     tie_word_embeddings: bool = True
     scale_decoder_outputs: bool = False
+    label_smoothing: float | int = smoothing_factor(default=0.0)
 
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1

@@ -29,3 +29,11 @@ def dropout_probability(value: int | float | None):
     """A dropout rate: 1 would zero every activation."""
     if value is not None and not 0 <= value < 1:
         raise ValueError(f"Value must be a probability in [0, 1), got {value!r}.")
+
+
+@as_validated_field
+def smoothing_factor(value: int | float):
+    """A label-smoothing factor: the share of each target's probability spread over the vocabulary (1 would leave
+    none on the target)."""
+    if not 0 <= value < 1:
+        raise ValueError(f"Value must be a label-smoothing factor in [0, 1), got {value!r}.")

@@ -20,7 +20,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynConfig
-from .losses_aiayn import sequence_classification_loss, skips_logits, token_prediction_loss
+from .losses_aiayn import logits_cross_entropy, sequence_classification_loss, skips_logits, token_prediction_loss
 from .modeling_aiayn import AiaynPreTrainedModel
 from .policy_aiayn import check_labels_shape
 
@@ -392,20 +392,30 @@ class AiaynLanguageModel(AiaynPreTrainedModel):
         **kwargs,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """`(logits, loss)` over the base model's final `hidden_states`. Without logits (`skips_logits`) the loss is
-        `token_prediction_loss`, the same value and gradients as transformers' loss over the logits."""
+        `token_prediction_loss`, the same value and gradients as transformers' loss over the logits; in training, with
+        `config.label_smoothing`, those of transformers' `LabelSmoother`."""
         projection = self.get_output_embeddings()
         if labels is not None:
             check_labels_shape(labels, tuple(hidden_states.shape[:2]), self.labels_shape_description)
+        smoothing = self.config.label_smoothing if self.training else 0.0
         if skips_logits(skip_logits, labels, self.training):
-            if self.predicts_next_token:
-                shift_labels = kwargs.pop("shift_labels", None)
-                if shift_labels is None:  # as transformers' ForCausalLMLoss: position i is scored on label i + 1
-                    shift_labels = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
-                labels = shift_labels
-            return None, token_prediction_loss(hidden_states, labels, projection, self.token_features, **kwargs)
+            labels = self.scored_labels(labels, kwargs)
+            return None, token_prediction_loss(
+                hidden_states, labels, projection, self.token_features, label_smoothing=smoothing, **kwargs
+            )
         # Sliced before the features: a prefill computes one row.
         logits = projection(self.token_features(slice_logits_to_keep(hidden_states, logits_to_keep)))
         loss = None
-        if labels is not None:
+        if labels is not None and smoothing:
+            loss = logits_cross_entropy(logits, self.scored_labels(labels, kwargs), smoothing, **kwargs)
+        elif labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return logits, loss
+
+    def scored_labels(self, labels: torch.LongTensor, kwargs: dict) -> torch.LongTensor:
+        """The label each position is scored on: `labels`, or for a causal LM the next position's (as transformers'
+        `ForCausalLMLoss`, which takes them precomputed as `shift_labels`, popped from `kwargs`)."""
+        if not self.predicts_next_token:
+            return labels
+        shift_labels = kwargs.pop("shift_labels", None)
+        return nn.functional.pad(labels, (0, 1), value=-100)[:, 1:] if shift_labels is None else shift_labels

@@ -64,14 +64,18 @@ def skips_logits(skip_logits: bool | None, labels: torch.Tensor | None, training
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """`sum_i -log softmax(x_i W^T + b)[y_i]` over the rows with a label (`y_i != ignore_index`), and its gradients,
-    computed a chunk of rows at a time (Liger-Kernel's fused linear cross-entropy): neither the logits nor their
-    float32 copy, probabilities or gradient exist for more than one chunk. The gradients are computed in the forward,
-    from each chunk's probabilities (`dL/dlogits = softmax - onehot(y)`), and handed over, scaled in place, by the
-    backward, which therefore runs once (as after any backward without `retain_graph`)."""
+    """`sum_i -(1 - e) log p_i[y_i] - (e / V) sum_v log p_i[v]`, `p_i = softmax(x_i W^T + b)` over V tokens, over the
+    rows with a label (`y_i != ignore_index`), and its gradients, computed a chunk of rows at a time (Liger-Kernel's
+    fused linear cross-entropy): neither the logits nor their float32 copy, probabilities or gradient exist for more
+    than one chunk. `e` is the label smoothing (section 5.4's epsilon_ls; 0: the plain cross-entropy), the loss
+    `torch.nn.functional.cross_entropy` computes with `label_smoothing=e`. The gradients are computed in the forward,
+    from each chunk's probabilities (`dL/dlogits = softmax - (1 - e) onehot(y) - e / V`), and handed over, scaled in
+    place, by the backward, which therefore runs once (as after any backward without `retain_graph`)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, ignore_index: int, chunk_rows: int, recorded: bool) -> torch.Tensor:
+    def forward(
+        ctx, hidden, weight, bias, labels, ignore_index: int, label_smoothing: float, chunk_rows: int, recorded: bool
+    ) -> torch.Tensor:
         """`recorded`: whether autograd records the call (`torch.is_grad_enabled()` outside it); if not, no
         gradient is computed."""
         needs_hidden, needs_weight, needs_bias = (recorded and needs for needs in ctx.needs_input_grad[:3])
@@ -87,9 +91,18 @@ class LinearCrossEntropy(torch.autograd.Function):
             del logits  # from here one chunk-sized buffer lives: the probabilities, then their gradient
             labelled = (targets != ignore_index)[:, None]
             targets = targets[:, None].masked_fill(~labelled, 0)
-            total -= (log_probabilities.gather(1, targets) * labelled).sum()
-            # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
-            probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
+            if label_smoothing:
+                spread = label_smoothing / log_probabilities.shape[1]
+                total -= spread * (log_probabilities.sum(1, keepdim=True) * labelled).sum()
+                total -= (1 - label_smoothing) * (log_probabilities.gather(1, targets) * labelled).sum()
+                # softmax - (1 - e) onehot(y) - e / V, for every row: the unlabelled rows' share is removed from the
+                # (narrow) operands.
+                probabilities = log_probabilities.exp_().sub_(spread)
+                probabilities.scatter_add_(1, targets, labelled.float() * (label_smoothing - 1))
+            else:
+                total -= (log_probabilities.gather(1, targets) * labelled).sum()
+                # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
+                probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
             grad_logits, kept = probabilities.to(dtype), labelled.to(dtype)
             if needs_hidden:
                 chunk_grad = (grad_logits @ weight.to(dtype)) * kept
@@ -115,7 +128,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             grad_weight = grad_weight.to(ctx.weight_dtype)
         if grad_bias is not None:
             grad_bias = grad_bias.to(ctx.weight_dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 
 
 def token_prediction_loss(
@@ -125,12 +138,15 @@ def token_prediction_loss(
     features: nn.Module | None = None,
     num_items_in_batch: torch.Tensor | int | None = None,
     ignore_index: int = -100,
+    label_smoothing: float = 0.0,
     **kwargs,
 ) -> torch.Tensor:
     """The cross-entropy of the tokens `labels` names under `projection(features(hidden_states))`, the same value and
     gradients as transformers' loss over the logits (the mean over labelled tokens, or the sum divided by the
     Trainer's `num_items_in_batch`) without the logits of the batch: in eager mode only the labelled rows are read
-    (a masked LM predicts about 15% of its tokens), and `LinearCrossEntropy` projects them a chunk at a time."""
+    (a masked LM predicts about 15% of its tokens), and `LinearCrossEntropy` projects them a chunk at a time. With
+    `label_smoothing`, the loss transformers' `LabelSmoother` (the `Trainer`'s `label_smoothing_factor`) computes from
+    the logits (`logits_cross_entropy`)."""
     hidden_states = hidden_states.reshape(-1, hidden_states.shape[-1])
     labels = labels.reshape(-1).to(hidden_states.device)
     if not torch.compiler.is_compiling():  # a data-dependent shape would break the graph
@@ -148,12 +164,43 @@ def token_prediction_loss(
             projection.bias,
             labels,
             ignore_index,
+            label_smoothing,
             chunk_rows,
             torch.is_grad_enabled(),
         )
-    else:  # an adapter, a hook (PEFT, accelerate's offloading) or tensor parallelism owns the projection: call it
-        logits = projection(hidden_states).float()
-        total = nn.functional.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+        return per_item(total, labels, num_items_in_batch, ignore_index)
+    # An adapter, a hook (PEFT, accelerate's offloading) or tensor parallelism owns the projection: call it.
+    return logits_cross_entropy(projection(hidden_states), labels, label_smoothing, num_items_in_batch, ignore_index)
+
+
+def logits_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    ignore_index: int = -100,
+    **kwargs,
+) -> torch.Tensor:
+    """The cross-entropy of `logits` (`(..., vocab_size)`) at the tokens `labels` names with label smoothing
+    `label_smoothing` (section 5.4), in float32: the mean over labelled tokens, or the sum divided by the Trainer's
+    `num_items_in_batch`, as transformers' `LabelSmoother` computes it. Other keyword arguments (a model's inputs
+    besides the loss's) are ignored, as transformers' loss functions ignore them."""
+    labels = labels.reshape(-1).to(logits.device)
+    total = nn.functional.cross_entropy(
+        logits.reshape(len(labels), -1).float(),
+        labels,
+        ignore_index=ignore_index,
+        reduction="sum",
+        label_smoothing=label_smoothing,
+    )
+    return per_item(total, labels, num_items_in_batch, ignore_index)
+
+
+def per_item(
+    total: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None, ignore_index: int
+) -> torch.Tensor:
+    """A summed loss divided by the Trainer's `num_items_in_batch` (its count over every accumulated micro-batch),
+    else by the labelled tokens of `labels`."""
     if num_items_in_batch is None:
         return total / (labels != ignore_index).sum()
     return total / torch.as_tensor(num_items_in_batch, device=total.device)

@@ -58,6 +58,7 @@ from .collators import (
 )
 from .configuration_aiayn import preset_config
 from .data import load_corpus, load_files, with_validation
+from .heads_aiayn import AiaynLanguageModel
 from .hub import head_of
 from .metrics import Accuracy, ChrF, SacreBleu, perplexity
 from .tokenization import config_token_fields, train_tokenizer
@@ -254,9 +255,17 @@ class PaperRecipe:
             "label_smoothing_factor": self.label_smoothing,
         }
 
-    def apply(self, training_args: transformers.TrainingArguments, d_model: int | None = None) -> None:
-        """Sets the recipe's fields on `training_args`."""
-        for name, value in self.training_arguments(d_model).items():
+    def apply(self, training_args: transformers.TrainingArguments, model: transformers.PreTrainedModel) -> None:
+        """Sets the recipe for training `model` (its width, `config.hidden_size`, gives the peak when
+        `peak_learning_rate` is None), before the `Trainer` is built: the optimizer and schedule on `training_args`,
+        and the label smoothing where the loss is computed. An aiayn language model smooths its own loss
+        (`config.label_smoothing`), computed without the batch's logits; for any other model the Trainer's
+        `label_smoothing_factor` smooths the logits."""
+        fields = self.training_arguments(model.config.hidden_size if self.peak_learning_rate is None else None)
+        if isinstance(model, AiaynLanguageModel):
+            model.config.label_smoothing = fields["label_smoothing_factor"]
+            fields["label_smoothing_factor"] = 0.0
+        for name, value in fields.items():
             setattr(training_args, name, value)
 
 
@@ -773,10 +782,17 @@ def resolve_columns(task: str, corpus: datasets.DatasetDict, data_args: DataArgu
     return dataclasses.replace(data_args, **chosen)
 
 
-def prepare(task: str, model_args: ModelArguments, data_args: DataArguments, training_args):
+def prepare(
+    task: str,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args,
+    recipe: PaperRecipe | None = None,
+):
     """Everything up to `trainer.train()`: data (read before anything is written), samples, tokenizer, model,
-    preprocessing, collator, metrics and trainer, as the task's entry of `TASKS` names them. Returns the trainer, the
-    sampled data and `data_args` with the columns named."""
+    preprocessing, collator, metrics and trainer, as the task's entry of `TASKS` names them, with `recipe` applied
+    to the model and `training_args` (`PaperRecipe.apply`; `model_args.paper_recipe` builds the paper's). Returns the
+    trainer, the sampled data and `data_args` with the columns named."""
     definition = TASKS[task]
     transformers.set_seed(training_args.seed)
     corpus = load_data(task, data_args)
@@ -790,10 +806,11 @@ def prepare(task: str, model_args: ModelArguments, data_args: DataArguments, tra
     model, tokenizer = load_model_and_tokenizer(
         task, model_args, corpus, data_args, **definition.config_fields(corpus, data_args)
     )
-    if model_args.paper_recipe:  # transformers' --warmup_steps, where given, replaces the paper's 4000
+    if recipe is None and model_args.paper_recipe:  # transformers' --warmup_steps, where given, replaces the 4000
         given = training_args.warmup_steps
         recipe = PaperRecipe(warmup_steps=int(given)) if given >= 1 else PaperRecipe()
-        recipe.apply(training_args, model.config.d_model)
+    if recipe is not None:
+        recipe.apply(training_args, model)
     dataset = definition.preprocess(corpus, tokenizer, model, data_args)
     if definition.label_names is not None and training_args.label_names is None:
         training_args.label_names = list(definition.label_names)
@@ -809,9 +826,15 @@ def prepare(task: str, model_args: ModelArguments, data_args: DataArguments, tra
     return trainer, corpus, data_args
 
 
-def build_trainer(task: str, model_args: ModelArguments, data_args: DataArguments, training_args) -> Trainer:
+def build_trainer(
+    task: str,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args,
+    recipe: PaperRecipe | None = None,
+) -> Trainer:
     """The trainer of `prepare`, ready for `trainer.train()`."""
-    return prepare(task, model_args, data_args, training_args)[0]
+    return prepare(task, model_args, data_args, training_args, recipe)[0]
 
 
 def evaluate(trainer: Trainer, **kwargs) -> dict:
