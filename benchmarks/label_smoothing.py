@@ -34,17 +34,17 @@ class Step:
     """One variant's training step: its model, a Trainer holding the smoothing, and an AdamW optimizer."""
 
     def __init__(self, variant: str, models: dict):
-        in_model = variant.endswith("model")
-        self.model = models["reference" if variant.startswith("Marian") else "aiayn"]
-        if hasattr(self.model.config, "label_smoothing"):
-            self.model.config.label_smoothing = SMOOTHING if in_model else 0.0
+        self.in_model = variant.endswith("model")
+        self.model = models["reference" if variant.startswith("Marian") else "aiayn"]  # aiayn's two steps share one
         arguments = transformers.TrainingArguments(
-            "unused", report_to="none", use_cpu=True, label_smoothing_factor=0.0 if in_model else SMOOTHING
+            "unused", report_to="none", use_cpu=True, label_smoothing_factor=0.0 if self.in_model else SMOOTHING
         )
         self.trainer = transformers.Trainer(model=self.model, args=arguments)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
 
     def __call__(self, batch: dict):
+        if hasattr(self.model.config, "label_smoothing"):
+            self.model.config.label_smoothing = SMOOTHING if self.in_model else 0.0
         self.model.train()
         self.trainer.compute_loss(self.model, dict(batch)).backward()
         self.optimizer.step()

@@ -87,6 +87,8 @@ LOADER = textwrap.dedent(
                 outputs = model(**expected["inputs"])
             for name, tensor in expected["outputs"].items():
                 assert torch.equal(outputs[name], tensor), name
+            if "smoothed_training_loss" in expected:
+                assert torch.equal(model.train()(**expected["inputs"]).loss, expected["smoothed_training_loss"])
             print("exact", auto_name)
         print("loaded", auto_name)
     """
@@ -98,16 +100,23 @@ LOADER = textwrap.dedent(
     [("encoder", "AutoModelForMaskedLM"), ("decoder", "AutoModelForCausalLM"), ("seq2seq", "AutoModelForSeq2SeqLM")],
 )
 def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_name, tmp_path):
+    """Every head of the folder loads without aiayn; the saved one gives the same outputs and loss in evaluation, and
+    in training the same loss label-smoothed by its config."""
     folder, workdir = tmp_path / "model", tmp_path / "elsewhere"
     workdir.mkdir()
     torch.manual_seed(0)
-    model = getattr(transformers, auto_name).from_config(tiny_config(family, position_embedding_type="sinusoidal"))
+    config = tiny_config(family, position_embedding_type="sinusoidal", label_smoothing=0.1)
+    model = getattr(transformers, auto_name).from_config(config)
     model.save_pretrained(folder)
     ids, mask = padded_batch()
-    inputs = {"input_ids": ids, "attention_mask": mask}
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
     if family == "seq2seq":
         inputs["decoder_input_ids"] = ids
-    torch.save({"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}, folder / "expected.pt")
+    with torch.no_grad():
+        smoothed = model.train()(**inputs).loss
+    expected = {"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}
+    assert not torch.equal(smoothed, expected["outputs"]["loss"])  # without smoothing the folder would fail below
+    torch.save({**expected, "smoothed_training_loss": smoothed}, folder / "expected.pt")
 
     environment = hub_loading_environment(tmp_path)
     result = subprocess.run(

@@ -315,7 +315,7 @@ def test_label_smoothing_in_the_model_is_the_trainers(family, skip_logits):
     with torch.no_grad():
         evaluated, plain = smoothed.eval()(**inputs).loss, reference.eval()(**inputs).loss
     torch.testing.assert_close(evaluated, plain, rtol=0, atol=0)
-    assert not torch.isclose(evaluated, losses[0], rtol=1e-3)  # 0.3% apart: 300 times the tolerance above
+    assert not torch.isclose(evaluated, losses[0], rtol=1e-3)  # smoothing moves the loss by 0.29% (decoder) or more
 
 
 def test_the_loss_without_logits_calls_an_adapted_projection():

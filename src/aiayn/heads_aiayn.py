@@ -407,7 +407,8 @@ class AiaynLanguageModel(AiaynPreTrainedModel):
         logits = projection(self.token_features(slice_logits_to_keep(hidden_states, logits_to_keep)))
         loss = None
         if labels is not None and smoothing:
-            loss = logits_cross_entropy(logits, self.scored_labels(labels, kwargs), smoothing, **kwargs)
+            labels = self.scored_labels(labels, kwargs)
+            loss = logits_cross_entropy(logits, labels, smoothing, **kwargs)
         elif labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return logits, loss

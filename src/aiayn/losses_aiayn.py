@@ -91,18 +91,14 @@ class LinearCrossEntropy(torch.autograd.Function):
             del logits  # from here one chunk-sized buffer lives: the probabilities, then their gradient
             labelled = (targets != ignore_index)[:, None]
             targets = targets[:, None].masked_fill(~labelled, 0)
+            total -= (1 - label_smoothing) * (log_probabilities.gather(1, targets) * labelled).sum()
+            spread = label_smoothing / log_probabilities.shape[1]
             if label_smoothing:
-                spread = label_smoothing / log_probabilities.shape[1]
                 total -= spread * (log_probabilities.sum(1, keepdim=True) * labelled).sum()
-                total -= (1 - label_smoothing) * (log_probabilities.gather(1, targets) * labelled).sum()
-                # softmax - (1 - e) onehot(y) - e / V, for every row: the unlabelled rows' share is removed from the
-                # (narrow) operands.
-                probabilities = log_probabilities.exp_().sub_(spread)
-                probabilities.scatter_add_(1, targets, labelled.float() * (label_smoothing - 1))
-            else:
-                total -= (log_probabilities.gather(1, targets) * labelled).sum()
-                # softmax - onehot(y), for every row: the unlabelled rows' share is removed from the (narrow) operands.
-                probabilities = log_probabilities.exp_().scatter_add_(1, targets, -labelled.float())
+            # softmax - (1 - e) onehot(y) - e / V, for every row: the unlabelled rows' share is removed from the
+            # (narrow) operands.
+            probabilities = log_probabilities.exp_().sub_(spread) if label_smoothing else log_probabilities.exp_()
+            probabilities.scatter_add_(1, targets, labelled.float() * (label_smoothing - 1))
             grad_logits, kept = probabilities.to(dtype), labelled.to(dtype)
             if needs_hidden:
                 chunk_grad = (grad_logits @ weight.to(dtype)) * kept
