@@ -20,7 +20,9 @@ COMPILED_FORWARDS = [
     ("decoder", "rotary"),
     ("seq2seq", "relative"),
 ]
-COMPILED_TRAINING_STEPS = [("encoder", "relative"), ("decoder", "sinusoidal"), ("seq2seq", "rotary")]
+# (family, positions, label smoothing): the smoothed loss is computed in the same fused function
+COMPILED_TRAINING_STEPS = [("encoder", "relative", 0.0), ("decoder", "sinusoidal", 0.0), ("seq2seq", "rotary", 0.0),
+                           ("decoder", "sinusoidal", 0.1)]  # fmt: skip
 COMPILED_GENERATIONS = [("decoder", "rotary"), ("seq2seq", "relative")]
 DYNAMIC_EXPORTS = [("encoder", "relative"), ("decoder", "rotary"), ("seq2seq", "learned")]
 # ONNX translates the exported program operator by operator (seconds per program): every family twice, together
@@ -83,12 +85,12 @@ def test_inductor_compiled_forward_matches_eager_without_and_with_padding(family
     assert unique_graphs() == 1
 
 
-@pytest.mark.parametrize(("family", "position"), COMPILED_TRAINING_STEPS)
-def test_inductor_compiled_training_step_gives_eagers_loss_and_gradients(family, position):
+@pytest.mark.parametrize(("family", "position", "label_smoothing"), COMPILED_TRAINING_STEPS)
+def test_inductor_compiled_training_step_gives_eagers_loss_and_gradients(family, position, label_smoothing):
     ids, mask = padded_batch()
     inputs = lm_inputs(family, ids, mask)
     inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    model = lm_model(family, position_embedding_type=position).train()
+    model = lm_model(family, position_embedding_type=position, label_smoothing=label_smoothing).train()
     torch._dynamo.reset()
     results = {}
     for name, run in (("eager", model), ("compiled", torch.compile(model, fullgraph=True))):
