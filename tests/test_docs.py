@@ -6,6 +6,7 @@ in a shell, but for the commands this suite or CI runs anyway (`make test` is CI
 
 import doctest
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -66,6 +67,13 @@ def test_the_shell_commands_of_each_tutorial_run(page, tmp_path):
     result = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=environment, capture_output=True, text=True,
                             timeout=1200)  # fmt: skip
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
+    # Every `aiayn train` run of the page beats its baseline, or the page says, naming its folder, that it does not.
+    said_not_to = {name for paragraph in (DOCS / page).read_text().split("\n\n") if "not beat" in paragraph
+                   for name in re.findall(r"`([\w-]+)`", paragraph)}  # fmt: skip
+    for results in tmp_path.rglob("all_results.json"):
+        beats = json.loads(results.read_text()).get("eval_beats_baseline")
+        if beats is not None:
+            assert beats == (results.parent.name not in said_not_to), (results.parent.name, beats)
 
 
 def test_the_site_builds_strictly_with_its_pages_and_the_generated_reference(tmp_path):

@@ -1,50 +1,30 @@
 """`aiayn train TASK`: every head trains on the user's own files, samples are drawn so that they cannot mislead, and
 every evaluation stands beside a baseline that learns nothing. The data are tiny files written here."""
 
-import csv
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
 import pytest
 from conftest import hub_loading_environment
+from task_files import TOPICS, write_classification_csv, write_entities, write_squad, write_swag
 
 from aiayn import cli
 from aiayn.training import TASKS, sample
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOPICS = {
-    "sports": "ball goal team match score player win coach",
-    "food": "bread soup cheese apple cook taste dinner salt",
-    "music": "song guitar piano band sing rhythm melody drum",
-}
-FILLER = ["the", "a", "and", "of", "to", "in", "is", "it"]
-PEOPLE, PLACES = ["Anna", "Ben", "Clara", "David", "Emma"], ["Paris", "Rome", "Oslo", "Lima", "Cairo"]
 QUICK = ["--do_train", "--do_eval", "--report_to", "none", "--disable_tqdm", "true", "--vocab_size", "200",
-         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "16", "--learning_rate", "2e-3",
-         "--dataloader_pin_memory", "false"]  # fmt: skip
+         "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "16", "--dataloader_pin_memory",
+         "false"]  # fmt: skip
 
 
-def train(task: str, output, *flags: str) -> dict:
-    cli.main(["train", task, "--output_dir", str(output), *QUICK, *flags])
+def train(task: str, output, *flags: str, quick=QUICK) -> dict:
+    cli.main(["train", task, "--output_dir", str(output), *quick, *flags])
     with open(output / "all_results.json") as f:
         return json.load(f)
-
-
-def topic_sentence(rng: random.Random, topic: str) -> str:
-    return " ".join(rng.choice(TOPICS[topic].split() + FILLER) for _ in range(10))
-
-
-def write_classification_csv(path, rows_per_class=(150, 75, 75)):
-    """Rows ordered by label: the first 150 are sports."""
-    rng = random.Random(0)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["text", "label"])
-        for topic, rows in zip(TOPICS, rows_per_class, strict=True):
-            writer.writerows([topic_sentence(rng, topic), topic] for _ in range(rows))
 
 
 def test_help_names_every_task_and_lists_a_tasks_flags_in_groups():
@@ -83,9 +63,9 @@ def test_classification_from_a_csv_ordered_by_label_beside_the_majority_class(tm
     write_classification_csv(data)
     results = train("classification", output, "--train_file", str(data), "--label_column_name", "label",
                     "--max_train_samples", "90", "--max_eval_samples", "45", "--validation_split_percentage", "20",
-                    "--max_steps", "40", "--max_seq_length", "16")  # fmt: skip
-    assert results["eval_samples"] == 45
-    assert 0 <= results["eval_accuracy"] <= 1 and results["eval_baseline_accuracy"] < 0.9
+                    "--max_steps", "150", "--max_seq_length", "16")  # fmt: skip
+    assert results["eval_samples"] == 45 and results["eval_beats_baseline"] is True
+    assert results["eval_baseline_accuracy"] == pytest.approx(23 / 45)  # sports, the stratified draw's majority
     card = (output / "README.md").read_text()
     assert "| metric | value | baseline |" in card and "| Accuracy |" in card
 
@@ -106,85 +86,6 @@ def test_classification_from_a_csv_ordered_by_label_beside_the_majority_class(tm
     hub_card = (tmp_path / "hub" / "README.md").read_text()
     accuracy, baseline = results["eval_accuracy"], results["eval_baseline_accuracy"]
     assert f"| Accuracy | {accuracy:.4g} | {baseline:.4g} |" in hub_card
-
-
-def write_entities(path, count: int):
-    """Sentences of words tagged in IOB2 (`PER` people, `LOC` places), one JSON line each."""
-    rng = random.Random(1)
-    with open(path, "w") as f:
-        for _ in range(count):
-            person, place = rng.choice(PEOPLE), rng.choice(PLACES)
-            tokens = [person, "went", "to", place, rng.choice(FILLER)]
-            tags = ["B-PER", "O", "O", "B-LOC", "O"]
-            f.write(json.dumps({"tokens": tokens, "ner_tags": tags}) + "\n")
-
-
-def test_token_classification_from_json_lines_reports_entity_f1(tmp_path):
-    data, output = tmp_path / "entities.jsonl", tmp_path / "ner"
-    write_entities(data, 120)
-    results = train("token-classification", output, "--train_file", str(data), "--max_steps", "30",
-                    "--validation_split_percentage", "20")  # fmt: skip
-    for name in ("eval_precision", "eval_recall", "eval_f1", "eval_accuracy"):
-        assert 0 <= results[name] <= 1 and f"eval_baseline_{name[5:]}" in results
-    assert results["eval_baseline_f1"] == 0.0  # the majority tag, O, finds no entity
-    config = json.loads((output / "config.json").read_text())
-    assert set(config["id2label"].values()) == {"B-LOC", "B-PER", "O"}
-
-
-def write_squad(path, count: int):
-    """SQuAD's layout as transformers' run_qa reads it: {"data": [{id, title, context, question, answers}, ...]}."""
-    rng = random.Random(2)
-    rows = []
-    for i in range(count):
-        person, place = rng.choice(PEOPLE), rng.choice(PLACES)
-        context = f"{' '.join(rng.choice(FILLER) for _ in range(6))} {person} lives in {place} ."
-        rows.append({"id": str(i), "title": "t", "context": context, "question": f"Where does {person} live ?",
-                     "answers": {"text": [place], "answer_start": [context.index(f"in {place}") + 3]}})  # fmt: skip
-    path.write_text(json.dumps({"version": "1", "data": rows}))
-
-
-def test_question_answering_from_squad_json_reports_exact_match_and_f1(tmp_path):
-    data, output = tmp_path / "squad.json", tmp_path / "qa"
-    write_squad(data, 100)
-    results = train("question-answering", output, "--train_file", str(data), "--max_steps", "30",
-                    "--validation_split_percentage", "20", "--max_seq_length", "16", "--doc_stride", "4")  # fmt: skip
-    for name in ("eval_exact_match", "eval_f1", "eval_baseline_exact_match", "eval_baseline_f1"):
-        assert 0 <= results[name] <= 100
-    assert results["eval_samples"] == 20
-
-
-def test_multiple_choice_in_swags_columns_reports_accuracy_beside_the_majority_ending(tmp_path):
-    rng = random.Random(3)
-    data, output = tmp_path / "swag.jsonl", tmp_path / "swag"
-    with open(data, "w") as f:
-        for _ in range(80):
-            topic = rng.choice(list(TOPICS))
-            others = [t for t in TOPICS if t != topic]
-            endings = [topic_sentence(rng, t) for t in (topic, *others)]
-            label = rng.randrange(3)
-            endings[0], endings[label] = endings[label], endings[0]
-            row = {"sent1": topic_sentence(rng, topic), "sent2": "then", "label": label}
-            f.write(json.dumps({**row, **{f"ending{i}": e for i, e in enumerate(endings)}}) + "\n")
-    results = train("multiple-choice", output, "--train_file", str(data), "--max_steps", "10",
-                    "--validation_split_percentage", "25", "--max_seq_length", "24")  # fmt: skip
-    assert 0 <= results["eval_accuracy"] <= 1 and 0 < results["eval_baseline_accuracy"] < 1
-
-
-def test_summarization_from_source_and_target_columns_reports_rouge_beside_the_copied_source(tmp_path):
-    rng = random.Random(4)
-    data, output = tmp_path / "summaries.csv", tmp_path / "summaries"
-    with open(data, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["document", "summary"])
-        for _ in range(60):
-            topic = rng.choice(list(TOPICS))
-            writer.writerow([topic_sentence(rng, topic), f"about {topic}"])
-    generation = ["--predict_with_generate", "--generation_max_length", "8", "--generation_num_beams", "1"]
-    lengths = ["--max_source_length", "16", "--max_target_length", "8"]
-    results = train("summarization", output, "--train_file", str(data), "--max_steps", "20", *generation, *lengths,
-                    "--validation_split_percentage", "20")  # fmt: skip
-    for name in ("rouge1", "rouge2", "rougeL"):
-        assert 0 <= results[f"eval_{name}"] <= 100 and 0 <= results[f"eval_baseline_{name}"] <= 100
 
 
 def expect_error(capsys, argv: list[str], *phrases: str):
@@ -216,6 +117,131 @@ def test_bad_data_is_an_error_that_names_it_and_writes_nothing(tmp_path, capsys)
     assert not output.exists()
 
 
+def test_data_a_model_cannot_learn_from_is_refused_before_training_with_nothing_written(tmp_path, capsys):
+    """Validation endings, tags or classes the training data lacks, answers that are not where they say in their
+    context, and unanswerable questions outside SQuAD v2: each an error that names it, before anything is written."""
+    output = tmp_path / "never"
+    flags = ["--output_dir", str(output), "--do_train", "--do_eval"]
+    swag, short = tmp_path / "swag.jsonl", tmp_path / "three-endings.csv"
+    write_swag(swag, 8)
+    rows = [json.loads(line) for line in swag.read_text().splitlines()]
+    short.write_text("sent1,sent2,ending0,ending1,ending2,label\n" + "".join(
+        f"{r['sent1']},{r['sent2']},{r['ending0']},{r['ending1']},{r['ending2']},{min(r['label'], 2)}\n" for r in rows
+    ))  # fmt: skip
+    swag_csv = tmp_path / "swag.csv"
+    swag_csv.write_text("sent1,sent2,ending0,ending1,ending2,ending3,label\n" + "".join(
+        f"{r['sent1']},{r['sent2']},{r['ending0']},{r['ending1']},{r['ending2']},{r['ending3']},{r['label']}\n"
+        for r in rows
+    ))  # fmt: skip
+    expect_error(capsys, ["train", "multiple-choice", "--train_file", str(swag_csv), "--validation_file", str(short),
+                          *flags], "ending3")  # fmt: skip
+    train_tags, validation_tags = tmp_path / "train.jsonl", tmp_path / "validation.jsonl"
+    write_entities(train_tags, 8)
+    validation_tags.write_text(json.dumps({"tokens": ["Anna", "sang"], "ner_tags": ["B-PER", "B-SONG"]}) + "\n")
+    expect_error(capsys, ["train", "token-classification", "--train_file", str(train_tags), "--validation_file",
+                          str(validation_tags), *flags], "1 tag(s)", "['B-SONG']")  # fmt: skip
+    squad = tmp_path / "squad.json"
+    write_squad(squad, 6)
+    document = json.loads(squad.read_text())
+    document["data"][2]["answers"]["answer_start"] = [0]
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps(document))
+    expect_error(capsys, ["train", "question-answering", "--train_file", str(moved), *flags],
+                 "1 answer(s)", "not in their context", "['2']")  # fmt: skip
+    document["data"][2]["answers"] = {"text": [], "answer_start": []}
+    unanswered = tmp_path / "unanswered.json"
+    unanswered.write_text(json.dumps(document))
+    expect_error(capsys, ["train", "question-answering", "--train_file", str(unanswered), *flags],
+                 "1 question(s)", "--version_2_with_negative")  # fmt: skip
+    assert not output.exists()
+
+
+def test_a_run_below_its_baseline_says_so_in_the_log_the_results_and_the_card(tmp_path, caplog):
+    data, output = tmp_path / "topics.csv", tmp_path / "topics"
+    write_classification_csv(data)
+    results = train("classification", output, "--train_file", str(data), "--max_train_samples", "60",
+                    "--max_eval_samples", "30", "--max_steps", "1", "--learning_rate", "1e-9",
+                    "--max_seq_length", "16", "--seed", "3")  # fmt: skip
+    assert results["eval_accuracy"] <= results["eval_baseline_accuracy"] and results["eval_beats_baseline"] is False
+    accuracy, baseline = results["eval_accuracy"], results["eval_baseline_accuracy"]
+    assert f"eval_accuracy {accuracy:.4g} (baseline {baseline:.4g})" in caplog.text
+    card = (output / "README.md").read_text()
+    assert "**This model does not beat the baseline that learns nothing** on " in card
+    assert f"Accuracy {accuracy:.4g} (baseline {baseline:.4g})" in card
+
+
+def write_separable_reviews(folder):
+    """Reviews whose label is told by one word (a linear model separates them exactly)."""
+    rng = random.Random(0)
+    words = {"positive": ["good", "great", "excellent", "wonderful", "superb", "lovely", "fine", "brilliant"],
+             "negative": ["bad", "awful", "terrible", "poor", "dreadful", "horrible", "weak", "boring"]}  # fmt: skip
+    filler = ["the", "film", "was", "a", "and", "plot", "acting", "story", "it", "felt", "very", "quite"]
+    for name, rows in (("reviews.csv", 400), ("reviews-dev.csv", 100)):
+        with open(folder / name, "w") as f:
+            f.write("text,label\n")
+            for i in range(rows):
+                label = ("negative", "positive")[i % 2]
+                text = [rng.choice(filler) for _ in range(8)] + [rng.choice(words[label])]
+                rng.shuffle(text)
+                f.write(f"{' '.join(text)},{label}\n")
+
+
+def test_the_how_tos_classification_command_learns_a_separable_csv_from_scratch_with_the_defaults(tmp_path):
+    """The first `aiayn train classification` command of the how-to, as printed, on a 400-row CSV a linear model
+    separates: without --learning_rate a new model trains with the from-scratch recipe and beats the majority."""
+    with open(os.path.join(ROOT, "docs", "how-to", "train.md")) as f:
+        page = f.read()
+    command = next(block for block in re.findall(r"```bash\n(.*?)```", page, re.DOTALL)
+                   if block.startswith("aiayn train classification"))  # fmt: skip
+    write_separable_reviews(tmp_path)
+    environment = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+                   "OMP_NUM_THREADS": "1"}  # fmt: skip
+    result = subprocess.run(["bash", "-c", "set -euo pipefail\n" + command], cwd=tmp_path, env=environment,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the from-scratch recipe" in result.stderr
+    results = json.loads((tmp_path / "review-classifier" / "all_results.json").read_text())
+    assert results["eval_baseline_accuracy"] == 0.5 and results["eval_accuracy"] >= 0.95
+    arguments = json.loads((tmp_path / "review-classifier" / "training_args.json").read_text())
+    assert arguments["lr_scheduler_type"] == "inverse_sqrt" and arguments["adam_beta2"] == 0.98
+    assert arguments["learning_rate"] == pytest.approx(64**-0.5 * 4000**-0.5)  # eq. (3) at d_model 64
+
+
+def test_multiple_choice_learns_which_ending_follows_its_context_from_scratch_with_the_defaults(tmp_path):
+    """Endings on the context's topic against endings on other topics: the defaults (3 epochs, batches of 8, the
+    from-scratch recipe) learn it, far above the most frequent ending."""
+    data, output = tmp_path / "swag.jsonl", tmp_path / "swag"
+    write_swag(data, 1000)
+    cli.main(["train", "multiple-choice", "--train_file", str(data), "--output_dir", str(output), "--do_train",
+              "--do_eval", "--max_seq_length", "32", "--disable_tqdm", "true"])  # fmt: skip
+    results = json.loads((output / "all_results.json").read_text())
+    assert results["eval_accuracy"] >= 0.9 and results["eval_baseline_accuracy"] < 0.4
+
+
+def test_the_from_scratch_recipe_fills_only_the_flags_not_given_and_leaves_loaded_models_to_transformers(tmp_path):
+    data = tmp_path / "topics.csv"
+    write_classification_csv(data)
+    common = ["--train_file", str(data), "--max_train_samples", "30", "--max_steps", "1", "--max_seq_length", "8",
+              "--report_to", "none", "--do_train", "--vocab_size", "200"]  # fmt: skip
+    runs = {"new": [], "warmup": ["--warmup_steps", "3", "--adam_beta2", "0.95"], "rate": ["--learning_rate", "1e-3"]}
+    arguments = {}
+    for name, flags in runs.items():
+        cli.main(["train", "classification", "--output_dir", str(tmp_path / name), *common, *flags])
+        arguments[name] = json.loads((tmp_path / name / "training_args.json").read_text())
+    cli.main(["train", "classification", "--output_dir", str(tmp_path / "loaded"), "--model_name_or_path",
+              str(tmp_path / "new"), *common])  # fmt: skip
+    arguments["loaded"] = json.loads((tmp_path / "loaded" / "training_args.json").read_text())
+    peak = 64**-0.5 * 4000**-0.5
+    assert arguments["new"]["learning_rate"] == pytest.approx(peak) and arguments["new"]["warmup_steps"] == 0.1
+    assert arguments["warmup"]["learning_rate"] == pytest.approx(peak) and arguments["warmup"]["warmup_steps"] == 3
+    assert arguments["warmup"]["adam_beta2"] == 0.95 and arguments["new"]["adam_beta2"] == 0.98
+    for name in ("rate", "loaded"):  # transformers' defaults around the given rate, or its fine-tuning rate
+        assert arguments[name]["lr_scheduler_type"] == "linear" and arguments[name]["adam_beta2"] == 0.999
+    assert arguments["rate"]["learning_rate"] == 1e-3 and arguments["loaded"]["learning_rate"] == 5e-5
+    assert "from-scratch recipe" in (tmp_path / "new" / "README.md").read_text()
+    assert "from-scratch recipe" not in (tmp_path / "loaded" / "README.md").read_text()
+
+
 def test_data_from_parquet_saved_datasets_and_image_folders(tmp_path):
     import datasets
     from PIL import Image
@@ -233,3 +259,50 @@ def test_data_from_parquet_saved_datasets_and_image_folders(tmp_path):
             Image.new("RGB", (8, 8), (i * 20, 0, 0)).save(tmp_path / "images" / label / f"{i}.png")
     images = load_corpus(str(tmp_path / "images"), validation_fraction=0.2)
     assert images["train"].features["label"].names == ["cats", "dogs"] and images["validation"].num_rows == 4
+
+
+ADD_A_TASK_RUN = """
+import json, sys
+from aiayn import cli
+from aiayn.tasks import TASKS
+
+assert "text-pair-classification" in TASKS and TASKS["text-pair-classification"].help.startswith("a class per pair")
+cli.main(["train", "text-pair-classification", "--train_file", sys.argv[1], "--output_dir", sys.argv[2], "--do_train",
+          "--do_eval", "--max_steps", "2", "--vocab_size", "100", "--max_seq_length", "16", "--report_to", "none"])
+print(json.dumps(json.load(open(sys.argv[2] + "/all_results.json"))))
+"""
+
+
+def test_a_new_task_is_one_module_and_one_registry_line(tmp_path):
+    """The how-to's task, in a module of its own on a copy of the package with one entry (and its import) in the
+    registry: `aiayn train` runs it, evaluates it beside its baseline and saves a folder its Auto class loads."""
+    import shutil
+
+    import aiayn
+
+    with open(os.path.join(ROOT, "docs", "how-to", "train.md")) as f:
+        page = f.read()
+    module = next(block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if "TASK = Task(" in block)
+    package = tmp_path / "package" / "aiayn"
+    shutil.copytree(os.path.dirname(aiayn.__file__), package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "tasks" / "text_pair_classification.py").write_text(module)
+    registry = (package / "tasks" / "__init__.py").read_text()
+    registry = registry.replace("    translation,\n)", "    text_pair_classification,\n    translation,\n)").replace(
+        '    "translation": translation.TASK,\n',
+        '    "translation": translation.TASK,\n    "text-pair-classification": text_pair_classification.TASK,\n',
+    )
+    (package / "tasks" / "__init__.py").write_text(registry)
+    data = tmp_path / "pairs.csv"
+    data.write_text("premise,hypothesis,label\n" + "".join(
+        f"the {w} is here,a {w} is here,entailment\n" if i % 3 else f"the {w} is here,nothing is here,contradiction\n"
+        for i, w in enumerate(["cat", "dog", "bird", "fish", "cow", "pig"] * 10)
+    ))  # fmt: skip
+    environment = {**os.environ, "PYTHONPATH": str(package.parent), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", ADD_A_TASK_RUN, str(data), str(tmp_path / "pairs")], cwd=tmp_path,
+                            env=environment, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.splitlines()[-1])
+    assert results["eval_samples"] == 3 and results["eval_baseline_accuracy"] == pytest.approx(2 / 3)
+    config = json.loads((tmp_path / "pairs" / "config.json").read_text())
+    assert config["architectures"] == ["AiaynEncoderForSequenceClassification"]
+    assert sorted(config["label2id"]) == ["contradiction", "entailment"]

@@ -13,7 +13,7 @@ from conftest import VOCAB, lm_model, random_ids, tiny_config, word_tokenizer
 from torch.nn import functional as F
 
 import aiayn
-from aiayn.training import DataArguments, ModelArguments, PaperRecipe, main
+from aiayn.training import DataArguments, ModelArguments, PaperRecipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,62 +158,6 @@ def test_gradient_accumulation_gives_the_full_batch_step(smoothing, smoothed_by,
         results.append({name: p.detach().clone() for name, p in model.named_parameters()})
     for name, weight in results[0].items():
         torch.testing.assert_close(results[1][name], weight, rtol=0, atol=1e-6, msg=name)
-
-
-# task -> its arguments, the Auto class that loads the saved folder, the class it builds and the card's pipeline tag.
-TASK_OUTPUTS = {
-    "causal-lm": (
-        ["--preset", "tiny-decoder", "--block_size", "32"],
-        transformers.AutoModelForCausalLM, "AiaynDecoderForCausalLM", "text-generation",
-    ),
-    "masked-lm": (
-        ["--preset", "tiny-encoder", "--block_size", "32"],
-        transformers.AutoModelForMaskedLM, "AiaynEncoderForMaskedLM", "fill-mask",
-    ),
-    "translation": (
-        ["--preset", "tiny", "--dataset_name", "bible-en-de", "--predict_with_generate", "--max_target_length", "32"],
-        transformers.AutoModelForSeq2SeqLM, "AiaynSeq2SeqForConditionalGeneration", "translation",
-    ),
-    "span-corruption": (
-        ["--preset", "tiny", "--max_source_length", "32"],
-        transformers.AutoModelForSeq2SeqLM, "AiaynSeq2SeqForConditionalGeneration", "text2text-generation",
-    ),
-    "classification": (
-        ["--preset", "tiny-decoder", "--block_size", "32"],
-        transformers.AutoModelForSequenceClassification, "AiaynDecoderForSequenceClassification",
-        "text-classification",
-    ),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("task", list(TASK_OUTPUTS))
-def test_each_task_trains_evaluates_and_saves_a_loadable_model(task, tmp_path):
-    arguments, auto_class, class_name, pipeline_tag = TASK_OUTPUTS[task]
-    output = tmp_path / task
-    common = [
-        "--output_dir", str(output), "--do_train", "--do_eval", "--max_steps", "3", "--vocab_size", "400",
-        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "8", "--max_train_samples", "64",
-        "--max_eval_samples", "16", "--report_to", "none", "--disable_tqdm", "true",
-        "--dataloader_pin_memory", "false",
-    ]  # fmt: skip
-    metrics = main(task, [*arguments, *common])
-    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["eval_loss"])
-    expected_metric = {"causal-lm": "eval_perplexity", "masked-lm": "eval_accuracy", "translation": "eval_bleu",
-                       "classification": "eval_accuracy"}.get(task)  # fmt: skip
-    assert expected_metric is None or expected_metric in metrics
-    if task == "causal-lm":
-        assert math.isclose(metrics["eval_perplexity"], math.exp(metrics["eval_loss"]), rel_tol=1e-12)
-    model = auto_class.from_pretrained(output)
-    assert type(model).__name__ == class_name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(output)
-    assert len(tokenizer) == model.config.vocab_size and tokenizer.pad_token_id == model.config.pad_token_id
-    with open(output / "all_results.json") as f:
-        assert json.load(f)["eval_loss"] == metrics["eval_loss"]
-    assert not [name for name in os.listdir(output) if name.endswith((".bin", ".pt", ".pth", ".pkl"))]
-    card = (output / "README.md").read_text()
-    assert f"pipeline_tag: {pipeline_tag}\n" in card and "eval_loss" not in card
-    with open(output / "training_args.json") as f:
-        assert json.load(f)["max_steps"] == 3
 
 
 def test_translation_script_with_the_paper_recipe_from_the_command_line(tmp_path):

@@ -522,7 +522,7 @@ register_configs()
 # dropout are 0. P_drop is 0.1 for base and 0.3 for big (Table 3; section 6.1 lowers it to 0.1 for English-French
 # only). Section 5.1: "a shared source-target vocabulary of about 37000 tokens" (English-German). The training
 # recipe (Adam 0.9 / 0.98 / 1e-9, warmup 4000, eq. 3, label smoothing 0.1; sections 5.3, 5.4) is
-# `training.PaperRecipe`; the decoding (beam 4, alpha 0.6, source length + 50; section 6.1) is PAPER_DECODING.
+# `recipes.PaperRecipe`; the decoding (beam 4, alpha 0.6, source length + 50; section 6.1) is PAPER_DECODING.
 _PAPER = {
     "position_embedding_type": "sinusoidal",
     "norm_first": False,

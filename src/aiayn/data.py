@@ -155,9 +155,12 @@ def _json_field(path: str) -> str | None:
     return "data" if isinstance(document, dict) and isinstance(document.get("data"), list) else None
 
 
-def load_files(train_file: str, validation_file: str | None = None) -> datasets.DatasetDict:
+def load_files(
+    train_file: str, validation_file: str | None = None, keep_linebreaks: bool = True
+) -> datasets.DatasetDict:
     """A `train` split from `train_file` and a `validation` split from `validation_file`, where given: `.txt` (one
-    example per line), `.csv`, `.json` / `.jsonl` (records, or SQuAD's `{"data": [...]}`) or `.parquet` files."""
+    example per line, with its line break unless not `keep_linebreaks`), `.csv`, `.json` / `.jsonl` (records, or
+    SQuAD's `{"data": [...]}`) or `.parquet` files."""
     files = {"train": train_file, **({"validation": validation_file} if validation_file else {})}
     builders = {_builder(path) for path in files.values()}
     for path in files.values():
@@ -169,6 +172,8 @@ def load_files(train_file: str, validation_file: str | None = None) -> datasets.
         raise ValueError(f"{train_file} and {validation_file} are files of different types.")
     builder = builders.pop()
     options = {"field": _json_field(train_file)} if builder == "json" and _json_field(train_file) else {}
+    if builder == "text":
+        options["keep_linebreaks"] = keep_linebreaks
     corpus = datasets.load_dataset(builder, data_files=files, **options)
     for split, dataset in corpus.items():
         if len(dataset) == 0:
@@ -187,6 +192,18 @@ def load_folder(path: str) -> datasets.DatasetDict:
     if next(images, None) is None:
         raise ValueError(f"{path} holds neither a dataset saved with save_to_disk nor images.")
     return datasets.load_dataset("imagefolder", data_dir=path)
+
+
+def load_image_folders(train_dir: str, validation_dir: str | None = None) -> datasets.DatasetDict:
+    """The images of `train_dir` (one subfolder per class) as the `train` split and those of `validation_dir`, where
+    given, as the `validation` split (run_image_classification's `--train_dir` and `--validation_dir`), read together
+    by the `imagefolder` builder so that both splits share the classes."""
+    folders = {"train": train_dir, **({"validation": validation_dir} if validation_dir else {})}
+    for split, folder in folders.items():
+        if not os.path.isdir(folder):
+            raise ValueError(f"{folder} (the {split} images): no such folder.")
+    files = {split: os.path.join(folder, "**") for split, folder in folders.items()}
+    return datasets.load_dataset("imagefolder", data_files=files)
 
 
 def with_validation(corpus: datasets.DatasetDict, validation_fraction: float = 0.05, seed: int = 0):

@@ -43,6 +43,7 @@ METRICS = {
     "eval_rouge1": ("rouge1", "ROUGE-1"),
     "eval_rouge2": ("rouge2", "ROUGE-2"),
     "eval_rougeL": ("rougeL", "ROUGE-L"),
+    "eval_rougeLsum": ("rougeLsum", "ROUGE-Lsum"),
 }
 HYPERPARAMETERS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs",
@@ -63,6 +64,29 @@ def baseline_of(metrics: dict, key: str) -> float | None:
     return None if baseline is None else float(baseline)
 
 
+# Metrics where lower is better; every other metric with a baseline is better higher.
+LOWER_IS_BETTER = ("eval_loss", "eval_perplexity")
+
+
+def below_baseline(metrics: dict) -> list[str]:
+    """The evaluation metrics of `metrics` (`eval_<metric>`) that do not beat their baseline
+    (`eval_baseline_<metric>`)."""
+    failing = []
+    for name, value in metrics.items():
+        baseline = metrics.get(name.replace("eval_", "eval_baseline_", 1))
+        if not name.startswith("eval_") or name.startswith("eval_baseline_") or baseline is None:
+            continue
+        if (value >= baseline) if name in LOWER_IS_BETTER else (value <= baseline):
+            failing.append(name)
+    return failing
+
+
+def beside_baseline(metrics: dict, name: str, label: str | None = None) -> str:
+    """`"<label> value (baseline b)"` of metric `name`."""
+    baseline = metrics[name.replace("eval_", "eval_baseline_", 1)]
+    return f"{label or name} {metrics[name]:.4g} (baseline {baseline:.4g})"
+
+
 def model_card(
     model: transformers.PreTrainedModel,
     repo_id: str,
@@ -73,6 +97,7 @@ def model_card(
     language: list[str] | None = None,
     license: str = "apache-2.0",
     description: str | None = None,
+    recipe: str | None = None,
 ) -> ModelCard:
     """The model card of `model`: facts gathered here, every sentence in `hub_card/modelcard_template.md`.
 
@@ -88,6 +113,7 @@ def model_card(
         language: The languages of the model's text.
         license: The license identifier.
         description: Replaces the card's opening sentence.
+        recipe: A sentence on how the model was trained (the from-scratch recipe of `aiayn train`).
 
     Returns:
         The card.
@@ -135,6 +161,7 @@ def model_card(
         model_name=model_name,
         repo_id=repo_id,
         description=description,
+        recipe=recipe,
         config=config,
         family=family,
         family_description=FAMILIES[family].description,
@@ -147,6 +174,9 @@ def model_card(
             (METRICS[key][1], float(metrics[key]), baseline_of(metrics, key)) for key in METRICS if key in metrics
         ],
         evaluation_examples=metrics.get("eval_samples"),
+        below_baseline=[
+            beside_baseline(metrics, key, METRICS[key][1]) for key in below_baseline(metrics) if key in METRICS
+        ],
         transformers_version=transformers.__version__,
         torch_version=torch.__version__,
     )

@@ -110,21 +110,30 @@ class Seqeval(evaluate.Metric):
             ),
         )
 
-    def _compute(self, predictions, references) -> dict:
+    def _compute(self, predictions, references, entity_level: bool = False) -> dict:
+        """With `entity_level`, each entity type's `<TYPE>_precision`, `_recall`, `_f1` and `_number` (its count in
+        the references) too, as run_ner's `--return_entity_level_metrics` reports them."""
         scores = _library("seqeval.metrics", "seqeval")
-        return {
+        results = {
             "precision": scores.precision_score(references, predictions, zero_division=0),
             "recall": scores.recall_score(references, predictions, zero_division=0),
             "f1": scores.f1_score(references, predictions, zero_division=0),
             "accuracy": scores.accuracy_score(references, predictions),
         }
+        if entity_level:
+            report = scores.classification_report(references, predictions, output_dict=True, zero_division=0)
+            for entity, values in report.items():
+                if not entity.endswith(" avg"):
+                    names = {"precision": "precision", "recall": "recall", "f1-score": "f1", "support": "number"}
+                    results.update({f"{entity}_{name}": values[key] for key, name in names.items()})
+        return results
 
 
 class Rouge(evaluate.Metric):
-    """Mean ROUGE-1, ROUGE-2 and ROUGE-L F-measures (in percent, as transformers' `run_summarization` reports them)
-    of `rouge_score`, with its Porter stemmer."""
+    """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (in percent, as transformers' `run_summarization`
+    reports them) of `rouge_score`, with its Porter stemmer. ROUGE-Lsum reads each newline as a sentence end."""
 
-    types = ("rouge1", "rouge2", "rougeL")
+    types = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
     def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(

@@ -2,7 +2,7 @@
 own implementation of the architecture, `MarianMTModel` (`aiayn versus-marian`).
 
 Every run trains a translation model on the bundled English-German verses (`bible-en-de`) with the paper's recipe
-(`training.PaperRecipe`: its Adam, label smoothing 0.1 and eq. (3)'s shape, with warmup and peak scaled to hundreds of
+(`recipes.PaperRecipe`: its Adam, label smoothing 0.1 and eq. (3)'s shape, with warmup and peak scaled to hundreds of
 steps) and residual and embedding dropout 0.1 (sections 5.3, 5.4). All runs share one tokenizer, one data order per
 seed and the validation split. They report the validation perplexity per token (the cross-entropy without label
 smoothing) and BLEU / chrF of beam search with beam 4 and length penalty 0.6 (section 6.1), as Table 3 does on

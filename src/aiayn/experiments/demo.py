@@ -8,7 +8,7 @@ and reloaded.
    fine-tuned folder answers through `pipeline("text-classification")`, with aiayn and, in a process without it,
    through `trust_remote_code=True`.
 4. The paper's translation model, shrunk, learns English to German on aligned Bible verses (a shared Unigram
-   vocabulary) with the paper's recipe (`training.PaperRecipe`: its Adam, label smoothing and eq. (3)'s warmup then
+   vocabulary) with the paper's recipe (`recipes.PaperRecipe`: its Adam, label smoothing and eq. (3)'s warmup then
    inverse square root, with warmup and peak scaled to the run; no dropout in the CPU's four epochs), and decodes
    with the paper's beam 4, length penalty 0.6 and input length + 50. The folder is exported to CTranslate2 in
    float32 and int8 and translates through `ctranslate2.Translator`, int8 beside float32.

@@ -1,0 +1,98 @@
+"""A class per text (transformers' `run_classification`): one text column, or several joined
+(`--text_column_names a,b` with `--text_column_delimiter`), and a label column of classes; accuracy beside the
+majority class of the training labels."""
+
+import os
+
+import datasets
+import transformers
+
+from .task import Task, accuracy_metrics, check_seen, class_baseline, map_options
+
+
+def text_columns(data_args) -> list[str]:
+    return data_args.text_column.split(",")
+
+
+def joined_texts(examples, data_args) -> list[str]:
+    """Each example's text columns joined by `text_column_delimiter`."""
+    columns = [examples[column] for column in text_columns(data_args)]
+    return [data_args.text_column_delimiter.join(map(str, texts)) for texts in zip(*columns, strict=True)]
+
+
+def classification_texts(dataset: datasets.Dataset, data_args):
+    yield from joined_texts(dataset, data_args)
+
+
+def check_classes(corpus: datasets.DatasetDict, data_args) -> None:
+    """A label column of classes (strings, integers or booleans), and every validation class a training class (a
+    classifier cannot predict a class it never saw)."""
+    feature = corpus["train"].features[data_args.label_column]
+    dtype = str(getattr(feature, "dtype", ""))
+    classes = isinstance(feature, datasets.ClassLabel) or dtype.startswith(("string", "large_string", "int", "bool"))
+    if not classes:
+        raise ValueError(
+            f"Classification needs classes (strings, integers or booleans) in the label column "
+            f"{data_args.label_column!r}; it holds {feature}."
+        )
+    check_seen(corpus, data_args.label_column, "class", lambda label: label)
+
+
+def class_labels(corpus: datasets.DatasetDict, data_args) -> dict:
+    """The config fields of a classifier of the training labels (as strings, sorted)."""
+    labels = sorted({str(label) for label in corpus["train"][data_args.label_column]})
+    return {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
+
+
+def classification_dataset(corpus, tokenizer, model, data_args) -> datasets.DatasetDict:
+    label2id = {str(label): index for label, index in model.config.label2id.items()}
+
+    def tokenize(examples):
+        encoded = tokenizer(joined_texts(examples, data_args), max_length=data_args.block_size, truncation=True,
+                            padding="max_length" if data_args.pad_to_max_length else False)  # fmt: skip
+        if data_args.label_column in examples:
+            encoded["labels"] = [label2id[str(label)] for label in examples[data_args.label_column]]
+        return encoded
+
+    return datasets.DatasetDict({
+        split: examples.map(tokenize, batched=True, remove_columns=examples.column_names, desc="Tokenizing",
+                            **map_options(data_args))
+        for split, examples in corpus.items()
+    })  # fmt: skip
+
+
+def classification_collator(tokenizer, model, data_args, seed: int):
+    return transformers.DataCollatorWithPadding(tokenizer)
+
+
+def write_class_predictions(output, trainer, corpus, dataset, data_args, folder: str) -> None:
+    """`predict_results.txt`: `index<TAB>prediction` per test example, the predicted class by name
+    (run_classification's file)."""
+    id2label = trainer.model.config.id2label
+    with open(os.path.join(folder, "predict_results.txt"), "w", encoding="utf-8") as f:
+        f.write("index\tprediction\n")
+        for index, prediction in enumerate(output.predictions.argmax(-1)):
+            f.write(f"{index}\t{id2label[int(prediction)]}\n")
+
+
+TASK = Task(
+    help="a class per text (run_classification)",
+    script="run_classification",
+    auto_class=transformers.AutoModelForSequenceClassification,
+    dataset="shakespeare",
+    pipeline_task="text-classification",
+    preset="tiny-encoder",
+    columns={"text_column": ("text", "sentence"), "label_column": ("label", "genre")},
+    data_fields=("text_column", "text_column_delimiter", "label_column", "block_size", "pad_to_max_length"),
+    defaults={"block_size": 128, "pad_to_max_length": True},
+    stratify=True,
+    joined_columns=("text_column",),
+    check=check_classes,
+    config_fields=class_labels,
+    texts=classification_texts,
+    preprocess=classification_dataset,
+    collator=classification_collator,
+    metrics=accuracy_metrics,
+    baseline=class_baseline,
+    write_predictions=write_class_predictions,
+)

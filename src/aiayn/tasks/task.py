@@ -1,0 +1,169 @@
+"""What a task of `aiayn train` declares (`Task`), and the pieces several tasks share.
+
+A task names its head, its data and its defaults, and brings the functions the runner (`aiayn.training`) calls in
+order: `check` (the data, before anything is written), `config_fields` (read off the data: a classifier's labels),
+`texts` (what a new tokenizer learns from), `preprocess`, `collator`, `metrics`, `baseline` and, for `--do_predict`,
+`write_predictions`. The runner names no task; each task is one module of this package, registered in
+`aiayn.tasks.TASKS`.
+
+Signatures (`data_args` is `aiayn.training.DataArguments`, `corpus` the sampled raw splits, `dataset` the
+preprocessed ones):
+
+- `check(corpus, data_args) -> None`, raising `ValueError` that names what is wrong;
+- `config_fields(corpus, data_args) -> dict`;
+- `texts(dataset, data_args) -> Iterator[str]`;
+- `preprocess(corpus, tokenizer, model, data_args) -> DatasetDict`;
+- `collator(tokenizer, model, data_args, seed)`;
+- `configure(model, training_args, data_args) -> None`: what the task sets on the model or the arguments before
+  the trainer is built (the generation lengths of text-to-text tasks);
+- `metrics(tokenizer, training_args, model, corpus, dataset, data_args, split) -> dict` of the Trainer's
+  `compute_metrics` (and `preprocess_logits_for_metrics`) for the examples of `split`;
+- `baseline(trainer, corpus, data_args) -> dict` of `eval_baseline_<metric>`: what a model that learns nothing
+  scores;
+- `write_predictions(output, trainer, corpus, dataset, data_args, folder) -> None`: the predictions on the test
+  split, in the files transformers' example scripts write.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import datasets
+from transformers import Trainer
+
+from ..baselines import majority_accuracy, unigram_cross_entropy
+from ..metrics import Accuracy
+
+
+def column_texts(dataset: datasets.Dataset, data_args) -> Iterator[str]:
+    """The text column's texts."""
+    yield from dataset[data_args.text_column]
+
+
+def pair_texts(examples, data_args) -> Iterator[str]:
+    """Both sides of `{"translation": {source_lang: ..., target_lang: ...}}` pairs, else the text column."""
+    columns = examples.column_names if isinstance(examples, datasets.Dataset) else examples
+    if "translation" in columns:
+        for pair in examples["translation"]:
+            yield pair[data_args.source_lang]
+            yield pair[data_args.target_lang]
+    else:
+        yield from examples[data_args.text_column]
+
+
+def no_check(corpus: datasets.DatasetDict, data_args) -> None:
+    return None
+
+
+def no_config_fields(corpus: datasets.DatasetDict, data_args) -> dict:
+    return {}
+
+
+def no_configuration(model, training_args, data_args) -> None:
+    return None
+
+
+def no_metrics(tokenizer, training_args, model, corpus, dataset, data_args, split: str) -> dict:
+    return {}
+
+
+def no_baseline(trainer: Trainer, corpus, data_args) -> dict:
+    return {}
+
+
+def baseline_names(scores: dict) -> dict:
+    """`eval_<metric>` scores as `eval_baseline_<metric>`."""
+    return {key.replace("eval_", "eval_baseline_", 1): value for key, value in scores.items()}
+
+
+def prefixed(scores: dict, prefix: str) -> dict:
+    return {f"{prefix}{name}": value for name, value in scores.items()}
+
+
+def classification_accuracy(eval_prediction) -> dict:
+    """Accuracy of the argmax of the logits."""
+    predictions = eval_prediction.predictions.argmax(-1)
+    return Accuracy().compute(predictions=predictions, references=eval_prediction.label_ids)
+
+
+def accuracy_metrics(tokenizer, training_args, model, corpus, dataset, data_args, split: str) -> dict:
+    return {"compute_metrics": classification_accuracy}
+
+
+def class_baseline(trainer: Trainer, corpus, data_args) -> dict:
+    """The most frequent training class: its accuracy, and the cross-entropy of the training classes' frequencies."""
+    labels = tuple(list(split.with_format(None)["labels"]) for split in (trainer.train_dataset, trainer.eval_dataset))
+    return {
+        "eval_baseline_loss": unigram_cross_entropy(*labels, trainer.model.config.num_labels),
+        "eval_baseline_accuracy": majority_accuracy(*labels),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    """A task of `aiayn train`, declared by keyword in its module.
+
+    Attributes:
+        help: The task's line in `aiayn train --help`, naming the example script it follows.
+        auto_class: The Auto class of its head.
+        pipeline_task: The pipeline task its saved folder serves (the card's `pipeline_tag`).
+        preset: The preset of a new model unless `--preset` is given.
+        family: The family it needs (None: the preset's or the loaded model's).
+        dataset: The bundled corpus it reads by default ("": none, `--train_file` is needed).
+        script: transformers' example script whose flags and files it follows.
+        columns: The column roles it reads (`DataArguments` fields) and the names tried when the flag is not given.
+        data_fields: The further `DataArguments` flags it reads.
+        defaults: `DataArguments` defaults of its own (those of its example script).
+        stratify: Whether samples are drawn by `label_column`.
+        label_names: The Trainer's `label_names` where `labels` is not the target (it then scores the eval loss).
+        joined_columns: The column roles that may name several columns, comma-separated (joined by the task).
+        check, config_fields, texts, preprocess, collator, configure, metrics, baseline, write_predictions: see the
+            module's docstring; `write_predictions` None: `--do_predict` is refused, as its script has none.
+    """
+
+    help: str
+    auto_class: type
+    pipeline_task: str
+    preset: str
+    preprocess: Callable[..., datasets.DatasetDict]
+    collator: Callable
+    family: str | None = None
+    dataset: str = ""
+    script: str = ""
+    trainer_class: type[Trainer] = Trainer
+    columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    data_fields: tuple[str, ...] = ()
+    defaults: dict = field(default_factory=dict)
+    stratify: bool = False
+    label_names: tuple[str, ...] | None = None
+    joined_columns: tuple[str, ...] = ()
+    check: Callable[[datasets.DatasetDict, object], None] = no_check
+    config_fields: Callable[[datasets.DatasetDict, object], dict] = no_config_fields
+    texts: Callable[[datasets.Dataset, object], Iterator[str]] = column_texts
+    configure: Callable[..., None] = no_configuration
+    metrics: Callable[..., dict] = no_metrics
+    baseline: Callable[..., dict] = no_baseline
+    write_predictions: Callable[..., None] | None = None
+
+
+def map_options(data_args) -> dict:
+    """`Dataset.map`'s processes (`--preprocessing_num_workers`) and cache (`--overwrite_cache`)."""
+    return {
+        "num_proc": data_args.preprocessing_num_workers,
+        "load_from_cache_file": False if data_args.overwrite_cache else None,
+    }
+
+
+def check_seen(corpus: datasets.DatasetDict, column: str, kind: str, values: Callable) -> None:
+    """An error naming the `kind`s (classes, tags) of `column` in the validation split that the training split never
+    holds: a model cannot learn them, and its scores would count them as errors without a word. `values` turns a
+    column's entry into the values it holds (a list of tags, or the class itself)."""
+    seen = {str(value) for entry in corpus["train"][column] for value in _as_list(values(entry))}
+    unseen = sorted({str(value) for entry in corpus["validation"][column] for value in _as_list(values(entry))} - seen)
+    if unseen:
+        raise ValueError(f"The validation data's {column!r} holds {len(unseen)} {kind}(s) the training data never "
+                         f"holds: {unseen[:10]}; a model cannot learn them. Add examples of them to the training "
+                         "data, or leave them out of the validation data.")  # fmt: skip
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
