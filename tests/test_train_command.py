@@ -306,3 +306,50 @@ def test_a_new_task_is_one_module_and_one_registry_line(tmp_path):
     config = json.loads((tmp_path / "pairs" / "config.json").read_text())
     assert config["architectures"] == ["AiaynEncoderForSequenceClassification"]
     assert sorted(config["label2id"]) == ["contradiction", "entailment"]
+
+
+def test_squad_v2_trains_and_scores_null_answers_and_its_predictions_are_what_it_scored(tmp_path):
+    """Unanswerable questions (empty `answers`) train towards the null answer and are scored as SQuAD v2 scores them:
+    the `NoAns_` share counts them, and the test metrics recomputed from `predict_predictions.json` (an empty string
+    for no answer) are the reported ones."""
+    from aiayn.metrics import Squad
+
+    write_squad(tmp_path / "squad.json", 40)
+    rows = json.loads((tmp_path / "squad.json").read_text())["data"]
+    for row in rows[::3]:
+        row["question"] = "Where does nobody live?"
+        row["answers"] = {"text": [], "answer_start": []}
+    data = tmp_path / "squad-v2.json"
+    data.write_text(json.dumps({"data": rows}))
+    output = tmp_path / "v2"
+    results = train("question-answering", output, "--train_file", str(data), "--validation_file", str(data),
+                    "--test_file", str(data), "--do_predict", "--version_2_with_negative", "--max_steps", "3",
+                    "--max_seq_length", "32", "--doc_stride", "8", "--max_eval_samples", "12")  # fmt: skip
+    assert results["eval_NoAns_total"] + results["eval_HasAns_total"] == 12
+    unanswered = [row for row in rows if not row["answers"]["text"]]
+    predicted = json.loads((output / "predict_results.json").read_text())
+    assert predicted["predict_NoAns_total"] == len(unanswered) == 14
+    answers = json.loads((output / "predict_predictions.json").read_text())
+    scores = Squad().compute(predictions=[answers[row["id"]] for row in rows],
+                             references=[row["answers"]["text"] for row in rows])  # fmt: skip
+    assert predicted["predict_exact_match"] == pytest.approx(scores["exact_match"], abs=1e-9)
+    assert set(json.loads((output / "predict_null_odds.json").read_text())) == {row["id"] for row in rows}
+
+
+def test_the_generation_flags_set_the_evaluations_and_the_saved_generation_length_and_beams(tmp_path):
+    """`--val_max_target_length` and `--num_beams` (run_summarization's flags) bound the evaluation's generation and
+    the saved generation config, so that the folder's pipeline writes what was scored; without them, the evaluation
+    generates at most `--max_target_length` tokens, not transformers' default of 20."""
+    from task_files import write_summaries
+
+    data = tmp_path / "summaries.csv"
+    write_summaries(data, 30)
+    common = ["--train_file", str(data), "--max_steps", "1", "--predict_with_generate", "--max_source_length", "16",
+              "--max_target_length", "8", "--max_eval_samples", "4"]  # fmt: skip
+    train("summarization", tmp_path / "flags", *common, "--val_max_target_length", "12", "--num_beams", "2")
+    train("summarization", tmp_path / "defaults", *common)
+    for name, (length, beams) in {"flags": (12, 2), "defaults": (8, 1)}.items():
+        arguments = json.loads((tmp_path / name / "training_args.json").read_text())
+        generation = json.loads((tmp_path / name / "generation_config.json").read_text())
+        assert (arguments["generation_max_length"], arguments["generation_num_beams"]) == (length, beams)
+        assert (generation["max_length"], generation.get("num_beams", 1)) == (length, beams)

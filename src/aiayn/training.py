@@ -220,7 +220,7 @@ def resolve_columns(task: str, corpus: datasets.DatasetDict, data_args: DataArgu
         if given and "," in given and role not in definition.joined_columns:
             raise ValueError(f"--{role} names one column for the {task} task; it is {given!r}.")
         names = (given,) if given else candidates
-        for split in ("train", "validation"):
+        for split in (split for split in ("train", "validation") if split in corpus):
             found = corpus[split].column_names
             column = next((name for name in names if all(part in found for part in name.split(","))), None)
             if column is None:
