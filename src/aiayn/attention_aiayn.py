@@ -418,7 +418,7 @@ def prepare_attention_inputs(
 
     Returns:
         The stack's pattern prepared over the inputs (`AttentionPatternInputs`) with the rotary tables, and, given
-        encoder states, encoder-decoder attention through the source's padding mask (else None).
+            encoder states, encoder-decoder attention through the source's padding mask (else None).
     """
     shape = tuple(hidden_states.shape[:2])
     check_global_attention_mask(pattern_inputs.get("global_attention_mask"), shape, stack.is_causal, stack.config)

@@ -698,7 +698,7 @@ def preset_config(name: str, **overrides) -> AiaynConfig:
 
     Returns:
         A config of the preset's family (`AiaynSeq2SeqConfig`, `AiaynEncoderConfig`, `AiaynDecoderConfig` or
-        `AiaynVisionConfig`).
+            `AiaynVisionConfig`).
 
     Raises:
         ValueError: For a name that is not a preset.

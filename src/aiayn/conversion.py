@@ -462,7 +462,7 @@ def convert_from_hf(model: PreTrainedModel) -> AiaynPreTrainedModel:
 
     Returns:
         The aiayn model with `model`'s weights and, for generating heads, its generation config. Eval and training mode
-        follow `model`.
+            follow `model`.
 
     Raises:
         ValueError: For a model that is not one of `SUPPORTED_MODELS`, or whose weights do not all find their place.

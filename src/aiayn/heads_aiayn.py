@@ -160,8 +160,8 @@ class AiaynForSequenceClassification(AiaynHeadModel):
 
         Returns:
             The family's `output_class` (`SequenceClassifierOutput`; `SequenceClassifierOutputWithPast` for decoders,
-            `Seq2SeqSequenceClassifierOutput` for seq2seq models) with `loss` (given `labels`), `logits` of shape
-            `(batch_size, num_labels)`, and what the base model returned (hidden states, attentions, cache).
+                `Seq2SeqSequenceClassifierOutput` for seq2seq models) with `loss` (given `labels`), `logits` of shape
+                `(batch_size, num_labels)`, and what the base model returned (hidden states, attentions, cache).
         """
         outputs, ids, mask = self.base_model_outputs(
             input_ids,
@@ -219,8 +219,8 @@ class AiaynForTokenClassification(AiaynHeadModel):
 
         Returns:
             A `TokenClassifierOutput` with `loss` (given `labels`), `logits` of shape
-            `(batch_size, sequence_length, num_labels)`, and what the base model returned (hidden states, attentions,
-            cache).
+                `(batch_size, sequence_length, num_labels)`, and what the base model returned (hidden states,
+                attentions, cache).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
@@ -285,8 +285,8 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
 
         Returns:
             The family's `output_class` (`QuestionAnsweringModelOutput`; `Seq2SeqQuestionAnsweringModelOutput` for
-            seq2seq models) with `loss` (given both positions), `start_logits` and `end_logits` of shape
-            `(batch_size, sequence_length)`, and what the base model returned (hidden states, attentions, cache).
+                seq2seq models) with `loss` (given both positions), `start_logits` and `end_logits` of shape
+                `(batch_size, sequence_length)`, and what the base model returned (hidden states, attentions, cache).
         """
         kwargs["use_cache"] = False
         outputs, _, _ = self.base_model_outputs(
@@ -350,7 +350,7 @@ class AiaynForMultipleChoice(AiaynHeadModel):
 
         Returns:
             A `MultipleChoiceModelOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_choices)`,
-            and what the base model returned (hidden states, attentions, cache).
+                and what the base model returned (hidden states, attentions, cache).
         """
         num_choices = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, global_attention_mask)

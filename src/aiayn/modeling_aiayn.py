@@ -458,7 +458,7 @@ class AiaynStack(AiaynPreTrainedModel):
 
         Returns:
             A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` and, when asked for,
-            `hidden_states`, `attentions` and `cross_attentions`.
+                `hidden_states`, `attentions` and `cross_attentions`.
         """
         cache = prepare_cache(self.config, cache, use_cache, self.is_causal, self.has_cross_attention)
         past_length = cached_length(self_attention_cache(cache))

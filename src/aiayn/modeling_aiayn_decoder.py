@@ -102,7 +102,7 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
 
         Returns:
             A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` (with `use_cache`) and,
-            when asked for, `hidden_states`, `attentions` and `cross_attentions`.
+                when asked for, `hidden_states`, `attentions` and `cross_attentions`.
         """
         outputs = self.decoder(
             input_ids=input_ids,
@@ -184,8 +184,8 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
 
         Returns:
             A `CausalLMOutputWithCrossAttentions` with `loss` (given `labels`), `logits` of shape
-            `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned (hidden
-            states, attentions, cache).
+                `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned
+                (hidden states, attentions, cache).
         """
         outputs = self.model(
             input_ids=input_ids,

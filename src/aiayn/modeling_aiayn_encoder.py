@@ -97,7 +97,7 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
 
         Returns:
             A `BaseModelOutputWithPoolingAndCrossAttentions` with `last_hidden_state`, `pooler_output` (with the
-            pooler) and, when asked for, `hidden_states` and `attentions`.
+                pooler) and, when asked for, `hidden_states` and `attentions`.
         """
         outputs = self.encoder(
             input_ids=input_ids,
@@ -187,8 +187,8 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
 
         Returns:
             A `MaskedLMOutput` with `loss` (given `labels`), `logits` of shape
-            `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned (hidden
-            states, attentions, cache).
+                `(batch_size, sequence_length, vocab_size)` (None when skipped), and what the base model returned
+                (hidden states, attentions, cache).
         """
         outputs = self.model(
             input_ids=input_ids,

@@ -224,7 +224,7 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
 
         Returns:
             A `Seq2SeqModelOutput` with the decoder's `last_hidden_state`, `cache`, the encoder's
-            `encoder_last_hidden_state` and, when asked for, both stacks' hidden states and attentions.
+                `encoder_last_hidden_state` and, when asked for, both stacks' hidden states and attentions.
         """
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -368,8 +368,8 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
 
         Returns:
             A `Seq2SeqLMOutput` with `loss` (given `labels`), `logits` of shape
-            `(batch_size, target_length, vocab_size)` (None when skipped), and what the base model returned (hidden
-            states, attentions, cache).
+                `(batch_size, target_length, vocab_size)` (None when skipped), and what the base model returned (hidden
+                states, attentions, cache).
         """
         if labels is not None:
             use_cache = False

@@ -207,7 +207,7 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
 
         Returns:
             A `BaseModelOutputWithPooling` with `last_hidden_state`, `pooler_output` (with the pooler) and, when asked
-            for, `hidden_states` and `attentions`.
+                for, `hidden_states` and `attentions`.
         """
         if pixel_values is None:
             raise ValueError("Specify pixel_values.")
@@ -248,7 +248,7 @@ class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
 
         Returns:
             An `ImageClassifierOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_labels)`, and
-            what the base model returned (hidden states, attentions, cache).
+                what the base model returned (hidden states, attentions, cache).
         """
         outputs = self.model(pixel_values, interpolate_pos_encoding=interpolate_pos_encoding, **kwargs)
         states = outputs.last_hidden_state
@@ -293,7 +293,7 @@ class AiaynVisionForMaskedImageModeling(AiaynVisionPreTrainedModel):
 
         Returns:
             A `MaskedImageModelingOutput` with `loss` (given `bool_masked_pos`), `reconstruction` of the images' shape,
-            and what the base model returned (hidden states, attentions, cache).
+                and what the base model returned (hidden states, attentions, cache).
         """
         config = self.config
         if bool_masked_pos is not None and config.patch_size != config.encoder_stride:
