@@ -1,0 +1,93 @@
+"""The configuration reference shows each config's real signature: every field `__init__` takes, in order, with its
+default as a value (not the validator call that declares it) and its type as Python builds it (not the expression
+that computes it), as transformers' reference shows BertConfig's."""
+
+import ast
+import inspect
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from aiayn import AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig, AiaynVisionConfig
+
+ROOT = Path(__file__).parents[1]
+CONFIGS = (AiaynEncoderConfig, AiaynDecoderConfig, AiaynSeq2SeqConfig, AiaynVisionConfig)
+STATIC_EXPRESSIONS = (
+    "positive(",
+    "non_negative(",
+    "dropout_probability(",
+    "tuple(ATTENTION_SCORES)",
+    "*VARIANT_FIELDS",
+)
+
+
+class Signatures(HTMLParser):
+    """The text of the signature (`div.doc-signature`) that follows each heading, by the heading's id."""
+
+    def __init__(self):
+        super().__init__()
+        self.signatures: dict[str, str] = {}
+        self.heading: str | None = None
+        self.depth = 0  # of the open signature's divs, 0 outside one
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if re.fullmatch(r"h\d", tag) and attrs.get("id"):
+            self.heading = attrs["id"]
+        elif tag == "div" and self.depth:
+            self.depth += 1
+        elif tag == "div" and "doc-signature" in (attrs.get("class") or "").split() and self.heading:
+            self.depth, self.text = 1, []
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self.depth:
+            self.depth -= 1
+            if not self.depth:
+                self.signatures.setdefault(self.heading, "".join(self.text))
+                self.heading = None
+
+    def handle_data(self, data):
+        if self.depth:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def signatures(tmp_path_factory):
+    site = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    parser = Signatures()
+    parser.feed((site / "reference" / "configuration" / "index.html").read_text())
+    return parser.signatures
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda config: config.__name__)
+def test_each_config_shows_every_field_with_its_default_value(signatures, config):
+    rendered = signatures[f"aiayn.configuration_aiayn.{config.__name__}"]
+    for expression in STATIC_EXPRESSIONS:
+        assert expression not in rendered
+    text = " ".join(rendered.split())
+    assert text.startswith(f"{config.__name__}(") and text.endswith(")")
+    body = text[len(config.__name__) + 1 : -1].strip().removesuffix(",").removesuffix("**kwargs")
+    # `@strict` configs take keywords only: the fields' and others (the aliases, such as `hidden_size`).
+    assert body.startswith("*,") and text.endswith("**kwargs, )"), text
+    parameters = list(inspect.signature(config).parameters.values())
+    starts = []
+    for parameter in parameters:
+        match = re.search(rf"(?<![\w.]){parameter.name}: ", body)
+        assert match, f"{parameter.name} is not in {config.__name__}'s signature"
+        starts.append(match.start())
+    assert starts == sorted(starts), f"{config.__name__}'s parameters are out of order"
+    for parameter, start, end in zip(parameters, starts, [*starts[1:], len(body)], strict=True):
+        entry = body[start:end].strip().rstrip(",").strip()
+        assert " = " in entry, f"{parameter.name} has no default in {entry!r}"
+        default = entry.rsplit(" = ", 1)[1].rstrip(", *")
+        assert ast.literal_eval(default) == parameter.default, (parameter.name, entry)
