@@ -105,6 +105,23 @@ def lm_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor | None = None) 
     return inputs
 
 
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The documentation site, built once per test process with `mkdocs build --strict` (a broken link or an
+    unresolved reference fails it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("site")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return folder
+
+
 @pytest.fixture
 def tmp_folder(tmp_path):
     return str(tmp_path)

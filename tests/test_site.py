@@ -3,8 +3,6 @@ Google-style entry's continuation lines are indented under it; unindented, each 
 repeats the type), and the tables wrap within the page (no cell is kept from wrapping by the stylesheet)."""
 
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -71,17 +69,6 @@ def sections_of(page: Path) -> list[dict]:
     parser.feed(page.read_text())
     parser.close()
     return parser.sections
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    return folder
 
 
 @pytest.fixture(scope="module")

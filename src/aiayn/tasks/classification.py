@@ -2,12 +2,10 @@
 (`--text_column_names a,b` with `--text_column_delimiter`), and a label column of classes; accuracy beside the
 majority class of the training labels."""
 
-import os
-
 import datasets
 import transformers
 
-from .task import Task, accuracy_metrics, check_seen, class_baseline, map_options
+from .task import Task, accuracy_metrics, check_seen, class_baseline, tokenized_splits, write_index_predictions
 
 
 def text_columns(data_args) -> list[str]:
@@ -47,18 +45,14 @@ def class_labels(corpus: datasets.DatasetDict, data_args) -> dict:
 def classification_dataset(corpus, tokenizer, model, data_args) -> datasets.DatasetDict:
     label2id = {str(label): index for label, index in model.config.label2id.items()}
 
-    def tokenize(examples):
+    def tokenize(examples, split):
         encoded = tokenizer(joined_texts(examples, data_args), max_length=data_args.block_size, truncation=True,
                             padding="max_length" if data_args.pad_to_max_length else False)  # fmt: skip
         if data_args.label_column in examples:
             encoded["labels"] = [label2id[str(label)] for label in examples[data_args.label_column]]
         return encoded
 
-    return datasets.DatasetDict({
-        split: examples.map(tokenize, batched=True, remove_columns=examples.column_names, desc="Tokenizing",
-                            **map_options(data_args))
-        for split, examples in corpus.items()
-    })  # fmt: skip
+    return tokenized_splits(corpus, tokenize, data_args)
 
 
 def classification_collator(tokenizer, model, data_args, seed: int):
@@ -69,10 +63,7 @@ def write_class_predictions(output, trainer, corpus, dataset, data_args, folder:
     """`predict_results.txt`: `index<TAB>prediction` per test example, the predicted class by name
     (run_classification's file)."""
     id2label = trainer.model.config.id2label
-    with open(os.path.join(folder, "predict_results.txt"), "w", encoding="utf-8") as f:
-        f.write("index\tprediction\n")
-        for index, prediction in enumerate(output.predictions.argmax(-1)):
-            f.write(f"{index}\t{id2label[int(prediction)]}\n")
+    write_index_predictions(folder, (id2label[int(prediction)] for prediction in output.predictions.argmax(-1)))
 
 
 TASK = Task(

@@ -7,6 +7,12 @@ import os
 import numpy as np
 import transformers
 
+# The data flags of the text-to-text tasks: source and target lengths, the evaluation's generation, padding.
+GENERATION_FIELDS = (
+    "source_prefix", "max_source_length", "max_target_length", "val_max_target_length", "num_beams",
+    "pad_to_max_length", "ignore_pad_token_for_loss",
+)  # fmt: skip
+
 
 def source_target_features(tokenizer, sources: list[str], targets: list[str] | None, data_args, split: str) -> dict:
     """`source_prefix` + each source as inputs (`max_source_length` tokens) and each target as labels

@@ -2,14 +2,12 @@
 endings `ending0` ... `endingN` and the right one's index (`label`); accuracy beside the ending most often right in
 training."""
 
-import os
-
 import datasets
 import numpy as np
 import transformers
 
 from ..baselines import majority_accuracy
-from .task import Task, accuracy_metrics, map_options
+from .task import Task, accuracy_metrics, tokenized_splits, write_index_predictions
 
 
 def ending_columns(dataset: datasets.Dataset) -> list[str]:
@@ -56,7 +54,7 @@ def multiple_choice_dataset(corpus, tokenizer, model, data_args) -> datasets.Dat
     (run_swag's pairs), `block_size` tokens at most; `labels` is the index of the right ending."""
     endings = ending_columns(corpus["train"])
 
-    def tokenize(examples):
+    def tokenize(examples, split):
         count = len(examples[data_args.context_column])
         firsts = [context for context in examples[data_args.context_column] for _ in endings]
         seconds = [f"{examples[data_args.question_column][i]} {examples[e][i]}" for i in range(count) for e in endings]
@@ -68,11 +66,7 @@ def multiple_choice_dataset(corpus, tokenizer, model, data_args) -> datasets.Dat
             grouped["labels"] = examples[data_args.label_column]
         return grouped
 
-    return datasets.DatasetDict({
-        split: examples.map(tokenize, batched=True, remove_columns=examples.column_names, desc="Tokenizing",
-                            **map_options(data_args))
-        for split, examples in corpus.items()
-    })  # fmt: skip
+    return tokenized_splits(corpus, tokenize, data_args)
 
 
 def multiple_choice_collator(tokenizer, model, data_args, seed: int):
@@ -87,9 +81,7 @@ def multiple_choice_baseline(trainer, corpus, data_args) -> dict:
 
 def write_choice_predictions(output, trainer, corpus, dataset, data_args, folder: str) -> None:
     """`predict_results.txt`: `index<TAB>prediction` (the chosen ending's index) per test example."""
-    with open(os.path.join(folder, "predict_results.txt"), "w", encoding="utf-8") as f:
-        f.write("index\tprediction\n")
-        f.writelines(f"{index}\t{int(choice)}\n" for index, choice in enumerate(output.predictions.argmax(-1)))
+    write_index_predictions(folder, (int(choice) for choice in output.predictions.argmax(-1)))
 
 
 TASK = Task(

@@ -8,7 +8,7 @@ import transformers
 
 from ..metrics import Squad
 from .qa_postprocessing import postprocess_qa_predictions
-from .task import Task, map_options, prefixed
+from .task import Task, prefixed, tokenized_splits
 
 
 def check_answers(corpus: datasets.DatasetDict, data_args) -> None:
@@ -78,8 +78,8 @@ def question_answering_features(examples, tokenizer, data_args) -> dict:
         sequence_ids = encoded.sequence_ids(i)
         example = example_of[i]
         if data_args.answer_column in examples:
-            null_index = encoded["input_ids"][i].index(tokenizer.cls_token_id) if tokenizer.cls_token_id in \
-                encoded["input_ids"][i] else 0  # fmt: skip
+            ids = encoded["input_ids"][i]
+            null_index = ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in ids else 0  # run_qa's CLS
             answers = examples[data_args.answer_column][example]
             start, end = answer_tokens(offsets, sequence_ids, answers, context_index, null_index)
             encoded["start_positions"].append(start)
@@ -96,11 +96,9 @@ def question_answering_dataset(corpus, tokenizer, model, data_args) -> datasets.
     if data_args.doc_stride >= data_args.block_size:
         raise ValueError(f"--doc_stride ({data_args.doc_stride}) must be shorter than --max_seq_length "
                          f"({data_args.block_size}): the windows would not advance.")  # fmt: skip
-    return datasets.DatasetDict({
-        split: examples.map(lambda batch: question_answering_features(batch, tokenizer, data_args), batched=True,
-                            remove_columns=examples.column_names, desc="Tokenizing", **map_options(data_args))
-        for split, examples in corpus.items()
-    })  # fmt: skip
+    return tokenized_splits(
+        corpus, lambda batch, split: question_answering_features(batch, tokenizer, data_args), data_args
+    )
 
 
 def question_answering_collator(tokenizer, model, data_args, seed: int):

@@ -7,13 +7,14 @@ import transformers
 
 from ..metrics import Rouge
 from .generation import (
+    GENERATION_FIELDS,
     configure_generation,
     generated_and_references,
     seq2seq_collator,
     source_target_features,
     write_generated_predictions,
 )
-from .task import Task, map_options, prefixed
+from .task import Task, prefixed, tokenized_splits
 
 
 def text_pair_texts(dataset: datasets.Dataset, data_args):
@@ -26,11 +27,7 @@ def summarization_dataset(corpus, tokenizer, model, data_args) -> datasets.Datas
         targets = examples.get(data_args.summary_column)
         return source_target_features(tokenizer, examples[data_args.text_column], targets, data_args, split)
 
-    return datasets.DatasetDict({
-        split: examples.map(lambda e, split=split: tokenize(e, split), batched=True,
-                            remove_columns=examples.column_names, desc="Tokenizing", **map_options(data_args))
-        for split, examples in corpus.items()
-    })  # fmt: skip
+    return tokenized_splits(corpus, tokenize, data_args)
 
 
 def configure_summarization(model, training_args, data_args) -> None:
@@ -73,17 +70,7 @@ TASK = Task(
         "text_column": ("text", "document", "article", "source"),
         "summary_column": ("summary", "target", "highlights"),
     },
-    data_fields=(
-        "text_column",
-        "summary_column",
-        "source_prefix",
-        "max_source_length",
-        "max_target_length",
-        "val_max_target_length",
-        "num_beams",
-        "pad_to_max_length",
-        "ignore_pad_token_for_loss",
-    ),
+    data_fields=("text_column", "summary_column", *GENERATION_FIELDS),
     defaults={"num_beams": 1},
     texts=text_pair_texts,
     preprocess=summarization_dataset,

@@ -24,6 +24,7 @@ preprocessed ones):
   split, in the files transformers' example scripts write.
 """
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -143,6 +144,23 @@ class Task:
     metrics: Callable[..., dict] = no_metrics
     baseline: Callable[..., dict] = no_baseline
     write_predictions: Callable[..., None] | None = None
+
+
+def tokenized_splits(corpus: datasets.DatasetDict, tokenize: Callable, data_args) -> datasets.DatasetDict:
+    """Each split of `corpus` through `tokenize(examples, split)` in batches, its columns replaced by what that
+    returns."""
+    return datasets.DatasetDict({
+        split: examples.map(tokenize, batched=True, fn_kwargs={"split": split}, remove_columns=examples.column_names,
+                            desc="Tokenizing", **map_options(data_args))
+        for split, examples in corpus.items()
+    })  # fmt: skip
+
+
+def write_index_predictions(folder: str, predictions) -> None:
+    """`predict_results.txt`: `index<TAB>prediction` per test example (run_classification's and run_swag's file)."""
+    with open(os.path.join(folder, "predict_results.txt"), "w", encoding="utf-8") as f:
+        f.write("index\tprediction\n")
+        f.writelines(f"{index}\t{prediction}\n" for index, prediction in enumerate(predictions))
 
 
 def map_options(data_args) -> dict:

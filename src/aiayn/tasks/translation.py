@@ -1,19 +1,19 @@
 """A seq2seq model on translation pairs (transformers' `run_translation`): `{"translation": {en: ..., de: ...}}`;
 BLEU and chrF of the generated translations beside each source copied as its own translation."""
 
-import datasets
 import transformers
 
 from ..baselines import copy_source_scores, unigram_cross_entropy
 from ..metrics import ChrF, SacreBleu
 from .generation import (
+    GENERATION_FIELDS,
     configure_generation,
     generated_and_references,
     seq2seq_collator,
     source_target_features,
     write_generated_predictions,
 )
-from .task import Task, baseline_names, map_options, pair_texts
+from .task import Task, baseline_names, pair_texts, tokenized_splits
 
 
 def translation_dataset(corpus, tokenizer, model, data_args):
@@ -25,11 +25,7 @@ def translation_dataset(corpus, tokenizer, model, data_args):
         return source_target_features(tokenizer, [p[source] for p in pairs], [p[target] for p in pairs], data_args,
                                       split)  # fmt: skip
 
-    dataset = datasets.DatasetDict({
-        split: examples.map(lambda e, split=split: tokenize(e, split), batched=True,
-                            remove_columns=examples.column_names, desc="Tokenizing", **map_options(data_args))
-        for split, examples in corpus.items()
-    })  # fmt: skip
+    dataset = tokenized_splits(corpus, tokenize, data_args)
     if data_args.max_pair_tokens is not None:
         limit, padding = data_args.max_pair_tokens, (-100, tokenizer.pad_token_id)  # --pad_to_max_length's padding
 
@@ -85,18 +81,7 @@ TASK = Task(
     pipeline_task="translation",
     preset="tiny",
     trainer_class=transformers.Seq2SeqTrainer,
-    data_fields=(
-        "source_lang",
-        "target_lang",
-        "source_prefix",
-        "max_source_length",
-        "max_target_length",
-        "val_max_target_length",
-        "num_beams",
-        "pad_to_max_length",
-        "ignore_pad_token_for_loss",
-        "max_pair_tokens",
-    ),
+    data_fields=("source_lang", "target_lang", *GENERATION_FIELDS, "max_pair_tokens"),
     texts=pair_texts,
     preprocess=translation_dataset,
     collator=seq2seq_collator,
