@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 # letting pip pull a multi-GB CUDA build; elsewhere pip resolves torch as usual.
 LOCAL_CPU_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: demo test lint docs clean
+.PHONY: demo test lint docs chromium clean
+# apt-get runs as root: directly where make does, else through sudo.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +22,14 @@ demo: $(VENV)/.installed-demo,plot,train
 	$(BIN)/aiayn demo --out runs/demo
 
 # The tests build the documentation with --strict themselves (tests/test_docs.py) and run in one process per core.
-test: lint
+test: lint chromium
 	$(BIN)/python -m pytest
+
+# tests/test_site_browser.py reads the documentation site in Debian's Chromium (driven by Playwright).
+chromium:
+	@command -v chromium >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
+		$(SUDO) apt-get install -y -q chromium >/dev/null || \
+		{ $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
 
 lint: $(VENV)/.installed-dev,demo,plot,docs,train
 	$(BIN)/ruff check src tests scripts benchmarks

@@ -141,12 +141,12 @@ def train_reference() -> str:
         for flag in flags:
             action = parser._option_string_actions.get(f"--{flag}")
             if action is None or isinstance(action, RefusedFlag):
-                rows.append(f"| `--{flag}` | refused | {_cell(REFUSED_FLAGS[flag])}. |")
+                rows.append(f'| <a id="{script}-{flag}"></a>`--{flag}` | refused | {_cell(REFUSED_FLAGS[flag])}. |')
                 continue
             own_action = flag in extra
             section = task if own_action or action.dest not in shared else "flag"
-            anchor = f"{section}-{flag if own_action else action.dest}"
-            rows.append(f"| `--{flag}` | accepted: [`--{flag if own_action else action.dest}`](#{anchor}) | "
+            name = flag if own_action else action.dest
+            rows.append(f'| <a id="{script}-{flag}"></a>`--{flag}` | accepted: [`--{name}`](#{section}-{name}) | '
                         f"{_cell(action.help)} |")  # fmt: skip
         sections.append(f"### `{script}` ({task})\n\n" + "\n".join(rows))
     return "\n\n".join(sections)

@@ -24,7 +24,7 @@ SHELL_PAGES = ("getting-started.md", "tutorials/")
 COVERED_ELSEWHERE = ("make ", "pip install")
 # The name of each entry of the reference's tables (or lists) of parameters and fields, as mkdocstrings writes them.
 SECTION_ENTRY = re.compile(
-    r'<(?:tr|li) class="doc-section-item[^"]*">\s*(?:<td>)?\s*(?:<b>)?<code>(?:<span[^>]*>)?([\w*]+)'
+    r'<(?:tr|li) class="doc-section-item[^"]*">\s*(?:<td>)?\s*(?:<h\d[^>]*>)?\s*(?:<b>)?<code>(?:<span[^>]*>)?([\w*]+)'
 )
 
 
@@ -79,7 +79,9 @@ def test_the_shell_commands_of_each_tutorial_run(page, tmp_path):
 def test_the_site_builds_strictly_with_its_pages_and_the_generated_reference(site):
     pages = list(site.rglob("index.html"))
     assert len(pages) >= 10
-    models = (site / "reference" / "models" / "index.html").read_text()
+    family_pages = {family: (site / "reference" / "models" / family / "index.html").read_text()
+                    for family in ("encoder", "decoder", "seq2seq", "vision")}  # fmt: skip
+    models = "".join(family_pages.values())
     configuration = (site / "reference" / "configuration" / "index.html").read_text()
     assert "AiaynDecoderForCausalLM" in models
     assert "sliding_window" in configuration and "position_embedding_type" in configuration
@@ -90,8 +92,12 @@ def test_the_site_builds_strictly_with_its_pages_and_the_generated_reference(sit
     assert {"d_model", "sliding_window", "position_embedding_type"} <= set(SECTION_ENTRY.findall(configuration))
     model_entries = SECTION_ENTRY.findall(models)
     assert {"labels", "skip_logits", "global_attention_mask", "input_ids"} <= set(model_entries)
-    # The heads written once in heads_aiayn show their forward under each family's name.
+    # The heads written once in heads_aiayn show their forward under each family's name, with the inputs that
+    # family's base model takes: an encoder's global tokens, none for a causal decoder.
     assert 'id="aiayn.modeling_aiayn_encoder.AiaynEncoderForSequenceClassification.forward"' in models
+    assert "global_attention_mask" in SECTION_ENTRY.findall(family_pages["encoder"])
+    assert {"input_ids", "labels"} <= set(SECTION_ENTRY.findall(family_pages["decoder"]))
+    assert "global_attention_mask" not in family_pages["decoder"]
     # Examples are code, not block quotes.
     functions = (site / "reference" / "functions" / "index.html").read_text()
     for page in (models, configuration, functions):

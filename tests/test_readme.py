@@ -34,7 +34,7 @@ def test_the_readme_opens_with_make_demo_and_make_test():
 
 def test_the_readme_links_every_reference_page():
     linked = {(ROOT / unquote(target.split("#")[0])).resolve() for target in relative_targets()}
-    pages = sorted((ROOT / "docs" / "reference").glob("*.md"))
+    pages = sorted((ROOT / "docs" / "reference").rglob("*.md"))
     assert pages
     missing = [str(page.relative_to(ROOT)) for page in pages if page.resolve() not in linked]
     assert not missing, f"README.md does not link {missing}"

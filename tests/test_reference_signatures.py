@@ -3,6 +3,7 @@ default as a value (not the validator call that declares it) and its type as Pyt
 that computes it), as transformers' reference shows BertConfig's."""
 
 import ast
+import dataclasses
 import inspect
 import re
 from html.parser import HTMLParser
@@ -81,3 +82,52 @@ def test_each_config_shows_every_field_with_its_default_value(signatures, config
         assert " = " in entry, f"{parameter.name} has no default in {entry!r}"
         default = entry.rsplit(" = ", 1)[1].rstrip(", *")
         assert ast.literal_eval(default) == parameter.default, (parameter.name, entry)
+
+
+class FieldRows(HTMLParser):
+    """The rows of each Attributes table by the class they document: (name, default) from the first and last cells
+    (the configs' tables name each field, its type, its meaning and its default)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: dict[str, list[tuple[str, str]]] = {}
+        self.heading: str | None = None
+        self.cells: list[list[str]] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if re.fullmatch(r"h\d", tag) and "doc-heading-attribute" not in (attrs.get("class") or ""):
+            self.heading = attrs.get("id") or self.heading
+        elif tag == "tr" and "doc-section-item" in (attrs.get("class") or ""):
+            self.cells = []
+        elif tag == "td" and self.cells is not None:
+            self.cells.append([])
+
+    def handle_endtag(self, tag):
+        if tag == "tr" and self.cells is not None:
+            if len(self.cells) == 4:
+                name, default = ("".join(cell).replace("¶", "").strip() for cell in (self.cells[0], self.cells[-1]))
+                self.rows.setdefault(self.heading, []).append((name, default))
+            self.cells = None
+
+    def handle_data(self, data):
+        if self.cells:
+            self.cells[-1].append(data)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda config: config.__name__)
+def test_each_field_entry_shows_its_default(site, config):
+    parser = FieldRows()
+    parser.feed((site / "reference" / "configuration" / "index.html").read_text())
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    # Each field's entry on the nearest class of the config's bases that has one (a family that changes a default
+    # documents the field again), as a reader looking the field up from the config's own section finds it.
+    entries: dict[str, str] = {}
+    for cls in config.__mro__:
+        for name, default in parser.rows.get(f"{cls.__module__}.{cls.__name__}", []):
+            entries.setdefault(name, default)
+    # Every field declared by aiayn's classes (not transformers' PreTrainedConfig) is an entry, with its default.
+    declared = {name for cls in config.__mro__ if cls.__module__.startswith("aiayn.") for name in vars(cls)}
+    assert set(entries) >= {name for name in fields if name in declared}
+    for name in fields.keys() & entries.keys():
+        assert ast.literal_eval(entries[name]) == fields[name].default, (config.__name__, name, entries[name])

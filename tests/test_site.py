@@ -121,3 +121,81 @@ def test_the_tables_may_wrap():
     # Long code spans in cells (dotted names, shapes) may break rather than push the table past the page's edge.
     cell_code = [body for selectors, body in rules if re.search(r"\btd\b[^,]*\bcode\b", selectors)]
     assert any(re.search(r"overflow-wrap\s*:\s*anywhere", body) for body in cell_code)
+
+
+class FlagTables(HTMLParser):
+    """The `aiayn train` reference: for each section (`h2` or `h3`), the rows of its flag tables as (anchor id, flag
+    names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[str, list[tuple[str | None, list[str]]]] = {}
+        self.section: str | None = None
+        self.cell: dict | None = None  # the first cell of a body row: its anchor and code texts
+        self.column = 0
+        self.code: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("h2", "h3"):
+            self.section = attrs.get("id")
+            self.sections.setdefault(self.section, [])
+        elif tag == "tr":
+            self.column = 0
+        elif tag == "td":
+            self.column += 1
+            if self.column == 1:
+                self.cell = {"anchor": None, "flags": []}
+        elif tag == "a" and self.cell is not None and "id" in attrs:
+            self.cell["anchor"] = attrs["id"]
+        elif tag == "code" and self.cell is not None:
+            self.code = []
+
+    def handle_endtag(self, tag):
+        if tag == "code" and self.code is not None and self.cell is not None:
+            self.cell["flags"].append("".join(self.code))
+            self.code = None
+        elif tag == "td" and self.cell is not None and self.column == 1:
+            self.sections[self.section].append((self.cell["anchor"], self.cell["flags"]))
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.code is not None:
+            self.code.append(data)
+
+
+def test_every_flag_of_the_train_reference_has_an_anchor_and_one_row_per_section(site):
+    import dataclasses
+
+    import transformers
+
+    from aiayn.tasks import TASKS
+    from aiayn.train_arguments import RefusedFlag, task_parser
+
+    parser = FlagTables()
+    parser.feed((site / "reference" / "train" / "index.html").read_text())
+    sections = parser.sections
+    assert set(TASKS) <= set(sections)
+    anchors = []
+    for section, rows in sections.items():
+        names = [row[1][0] for row in rows if row[1]]
+        assert len(names) == len(set(names)), (section, sorted(name for name in names if names.count(name) > 1))
+        anchors += [row[0] for row in rows]
+    assert None not in anchors and len(anchors) == len(set(anchors))
+    # Each task's flags are in the sections of every task or in its own, each written once (no dashed twin);
+    # transformers' training flags are linked to, not repeated.
+    shared = {flag for section in ("model-flags", "data-flags-of-every-task") for _, flags in sections[section]
+              for flag in flags}  # fmt: skip
+    training = {field.name for field in dataclasses.fields(transformers.Seq2SeqTrainingArguments)}
+    for task in TASKS:
+        own = {flag for _, flags in sections[task] for flag in flags}
+        assert not any("-" in flag[2:] for flag in own | shared)
+        accepted = {
+            f"--{action.dest}"
+            for action in task_parser(task)._actions
+            if action.option_strings
+            and action.dest not in training | {"help"}
+            and not isinstance(action, RefusedFlag)
+            and not action.option_strings[0].startswith("--no_")
+        }
+        assert accepted and accepted - own - shared == set(), task

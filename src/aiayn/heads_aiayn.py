@@ -20,6 +20,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynConfig
+from .docstrings_aiayn import shared_arguments
 from .losses_aiayn import logits_cross_entropy, sequence_classification_loss, skips_logits, token_prediction_loss
 from .modeling_aiayn import AiaynPreTrainedModel
 from .policy_aiayn import check_labels_shape
@@ -129,6 +130,7 @@ class AiaynForSequenceClassification(AiaynHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -143,20 +145,8 @@ class AiaynForSequenceClassification(AiaynHeadModel):
         """Scores each sequence from the features that stand for it.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
             labels: Class indices of shape `(batch_size,)`, or float targets for regression (`num_labels == 1`) and
                 multi-label classification.
-            global_attention_mask: Encoders only: 1 at global tokens, 0 elsewhere, of shape
-                `(batch_size, sequence_length)` (see `AiaynStack.forward`). With a sliding window, an encoder makes its
-                pooled first token global unless this is given.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             The family's `output_class` (`SequenceClassifierOutput`; `SequenceClassifierOutputWithPast` for decoders,
@@ -190,6 +180,7 @@ class AiaynForTokenClassification(AiaynHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -204,18 +195,7 @@ class AiaynForTokenClassification(AiaynHeadModel):
         """Scores each token.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
             labels: A class index per token, of shape `(batch_size, sequence_length)`; -100 for tokens that have none.
-            global_attention_mask: Encoders only: 1 at global tokens, 0 elsewhere, of shape
-                `(batch_size, sequence_length)` (see `AiaynStack.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `TokenClassifierOutput` with `loss` (given `labels`), `logits` of shape
@@ -253,6 +233,7 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -268,20 +249,9 @@ class AiaynForQuestionAnswering(AiaynHeadModel):
         """Scores each token as the start and as the end of the answer.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
             start_positions: Token index of each answer's start, of shape `(batch_size,)`; positions outside the
                 sequence are ignored.
             end_positions: Token index of each answer's end, of shape `(batch_size,)`.
-            global_attention_mask: Encoders only: 1 at global tokens, such as the question's, of shape
-                `(batch_size, sequence_length)` (see `AiaynStack.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             The family's `output_class` (`QuestionAnsweringModelOutput`; `Seq2SeqQuestionAnsweringModelOutput` for
@@ -320,6 +290,7 @@ class AiaynForMultipleChoice(AiaynHeadModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -345,8 +316,6 @@ class AiaynForMultipleChoice(AiaynHeadModel):
             global_attention_mask: 1 at global tokens, of shape `(batch_size, num_choices, sequence_length)` (see
                 `AiaynStack.forward`); with a sliding window, the pooled first token of each choice is global unless
                 this is given.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `MultipleChoiceModelOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_choices)`,

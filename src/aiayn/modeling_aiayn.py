@@ -42,6 +42,7 @@ from .attention_variants_aiayn import (
     check_attention_backend,
 )
 from .configuration_aiayn import AiaynConfig, AiaynTextConfig
+from .docstrings_aiayn import shared_arguments
 from .name_tables_aiayn import register_class_names
 from .policy_aiayn import (
     AiaynCheckpointBase,
@@ -417,6 +418,7 @@ class AiaynStack(AiaynPreTrainedModel):
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @merge_with_config_defaults
     @capture_outputs
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -433,22 +435,8 @@ class AiaynStack(AiaynPreTrainedModel):
         """Runs the embeddings and the layers.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
             encoder_hidden_states: The states encoder-decoder attention reads, of shape
                 `(batch_size, source_length, d_model)` (stacks with `has_cross_attention`).
-            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
-                `(batch_size, source_length)`.
-            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
-                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
-                length, or from the 2D `attention_mask` when given.
-            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
-                `config.use_cache`.
             **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
                 the loss's (`num_items_in_batch`); and the inputs the attention patterns read
                 (`attention_variants_aiayn.PATTERN_INPUTS`, which the stack hands its pattern):

@@ -13,6 +13,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynDecoderConfig
+from .docstrings_aiayn import shared_arguments
 from .heads_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -62,6 +63,7 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -73,32 +75,11 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
         use_cache: bool | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        global_attention_mask: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """Runs the causal stack over a batch of sequences (or their next positions, with a cache).
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
-                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
-                length, or from the 2D `attention_mask` when given.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
-                `config.use_cache`.
-            encoder_hidden_states: The states encoder-decoder attention reads, of shape
-                `(batch_size, source_length, d_model)` (`config.add_cross_attention`; refused otherwise).
-            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
-                `(batch_size, source_length)`.
-            global_attention_mask: Refused with a `ValueError`: global tokens attend to later positions, which a causal
-                decoder does not.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `BaseModelOutputWithPastAndCrossAttentions` with `last_hidden_state`, `cache` (with `use_cache`) and,
@@ -114,7 +95,6 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
             encoder_attention_mask=encoder_attention_mask,
             cache=cache,
             use_cache=use_cache,
-            global_attention_mask=global_attention_mask,
             **kwargs,
         )
         return BaseModelOutputWithPastAndCrossAttentions(
@@ -138,6 +118,7 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -157,30 +138,12 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
         """Scores the next token at every position.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            cache: Keys and values of earlier positions (`DynamicCache`, `StaticCache`; with encoder-decoder attention
-                an `EncoderDecoderCache`); with `use_cache` one is created and returned. Positions continue from its
-                length, or from the 2D `attention_mask` when given.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
             labels: Usually the `input_ids`, of shape `(batch_size, sequence_length)`; the model shifts them, so
                 position i is scored on token i + 1. -100 is ignored.
-            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
-                `config.use_cache`.
             logits_to_keep: Compute logits for the last `logits_to_keep` positions only (0: all), or for the given
                 indices.
             skip_logits: Compute the loss without the logits, a chunk of positions at a time (`logits` is then None).
                 By default when training with labels; `False` returns the logits.
-            encoder_hidden_states: The states encoder-decoder attention reads, of shape
-                `(batch_size, source_length, d_model)` (`config.add_cross_attention`; refused otherwise).
-            encoder_attention_mask: The padding mask of `encoder_hidden_states`, of shape
-                `(batch_size, source_length)`.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `CausalLMOutputWithCrossAttentions` with `loss` (given `labels`), `logits` of shape

@@ -8,6 +8,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynEncoderConfig
+from .docstrings_aiayn import shared_arguments
 from .heads_aiayn import (
     AiaynForMultipleChoice,
     AiaynForQuestionAnswering,
@@ -69,6 +70,7 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
         self.encoder.set_input_embeddings(value)
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -82,18 +84,6 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
         """Encodes a batch of sequences.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
-            global_attention_mask: 1 at global tokens, which attend to every position and which every position attends
-                to, whatever `config.sliding_window` (Longformer); 0 at tokens that attend within their window. Shape
-                `(batch_size, sequence_length)`.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `BaseModelOutputWithPoolingAndCrossAttentions` with `last_hidden_state`, `pooler_output` (with the
@@ -155,6 +145,7 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
         return self.lm_head.features(hidden_states)
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -170,20 +161,10 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
         """Scores every vocabulary token at every position.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            token_type_ids: Segment ids of shape `(batch_size, sequence_length)` (BERT's sentences A and B; with
-                `config.type_vocab_size`).
-            position_ids: Position of each token, of shape `(batch_size, sequence_length)`; by default counted from
-                `attention_mask` and the cache's length.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
             labels: The tokens to predict at masked positions, -100 elsewhere (not shifted); shape
                 `(batch_size, sequence_length)`.
             skip_logits: Compute the loss without the logits, reading only the masked positions (`logits` is then
                 None). By default when training with labels; `False` returns the logits.
-            global_attention_mask: 1 at global tokens (see `AiaynEncoderModel.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `MaskedLMOutput` with `loss` (given `labels`), `logits` of shape

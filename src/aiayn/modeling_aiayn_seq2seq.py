@@ -16,6 +16,7 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_aiayn import AiaynSeq2SeqConfig
+from .docstrings_aiayn import shared_arguments
 from .heads_aiayn import (
     AiaynForQuestionAnswering,
     AiaynForSequenceClassification,
@@ -185,6 +186,7 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -215,12 +217,8 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
                 (an `EncoderDecoderCache`).
             inputs_embeds: Source token embeddings, in place of `input_ids`.
             decoder_inputs_embeds: Decoder input embeddings, in place of `decoder_input_ids`.
-            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
-                `config.use_cache`.
             global_attention_mask: 1 at global source tokens of the encoder, of shape `(batch_size, source_length)`
                 (see `AiaynStack.forward`; LED's).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `Seq2SeqModelOutput` with the decoder's `last_hidden_state`, `cache`, the encoder's
@@ -322,6 +320,7 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -357,14 +356,10 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
             decoder_inputs_embeds: Decoder input embeddings, in place of `decoder_input_ids`.
             labels: Target tokens of shape `(batch_size, target_length)`, -100 where ignored. Position i of the output
                 is scored on `labels[:, i]` (no shift: the decoder inputs are the labels shifted right).
-            use_cache: Return the keys and values of this call in `cache` for the next decoding step; defaults to
-                `config.use_cache`.
             skip_logits: Compute the loss without the logits, a chunk of positions at a time (`logits` is then None).
                 By default when training with labels; `False` returns the logits.
             global_attention_mask: 1 at global source tokens of the encoder, of shape `(batch_size, source_length)`
                 (see `AiaynStack.forward`; LED's).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `Seq2SeqLMOutput` with `loss` (given `labels`), `logits` of shape
@@ -413,6 +408,7 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
     _keys_to_ignore_on_load_unexpected = [r"^decoder\.", r"^lm_head\."]
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -424,13 +420,6 @@ class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
         """Encodes a batch of sequences.
 
         Args:
-            input_ids: Token ids of shape `(batch_size, sequence_length)`.
-            attention_mask: 1 at the tokens to attend to, 0 at padding; shape `(batch_size, sequence_length)`.
-            inputs_embeds: Token embeddings of shape `(batch_size, sequence_length, d_model)`, in place of `input_ids`.
-            global_attention_mask: 1 at global tokens, of shape `(batch_size, sequence_length)` (see
-                `AiaynStack.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `BaseModelOutput` with `last_hidden_state` and, when asked for, `hidden_states` and `attentions`.

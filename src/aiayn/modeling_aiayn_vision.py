@@ -14,6 +14,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_aiayn import AiaynVisionConfig
+from .docstrings_aiayn import shared_arguments
 from .heads_aiayn import AiaynClassificationHead, AiaynPooler, carried_fields
 from .losses_aiayn import sequence_classification_loss
 from .modeling_aiayn import AiaynPreTrainedModel, AiaynStack
@@ -186,6 +187,7 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
         return self.embeddings.patch_embeddings
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -196,14 +198,8 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
         """Encodes a batch of images.
 
         Args:
-            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
-                (transformers' `ViTImageProcessor`) prepares them.
             bool_masked_pos: Patches replaced by the mask token, of shape `(batch_size, num_patches)` (masked-image
                 modelling; needs `use_mask_token`).
-            interpolate_pos_encoding: Read images of another size than `config.image_size` (sides multiples of
-                `patch_size`): learned positions are interpolated, sinusoids computed for the new grid.
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `BaseModelOutputWithPooling` with `last_hidden_state`, `pooler_output` (with the pooler) and, when asked
@@ -227,6 +223,7 @@ class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -237,14 +234,8 @@ class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
         """Scores each image's classes.
 
         Args:
-            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
-                (transformers' `ViTImageProcessor`) prepares them.
             labels: Class indices of shape `(batch_size,)`, or float targets for regression (`num_labels == 1`) and
                 multi-label classification.
-            interpolate_pos_encoding: Read images of another size than `config.image_size` (see
-                `AiaynVisionModel.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             An `ImageClassifierOutput` with `loss` (given `labels`), `logits` of shape `(batch_size, num_labels)`, and
@@ -272,6 +263,7 @@ class AiaynVisionForMaskedImageModeling(AiaynVisionPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @shared_arguments
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
@@ -282,14 +274,8 @@ class AiaynVisionForMaskedImageModeling(AiaynVisionPreTrainedModel):
         """Reconstructs the pixels of every patch.
 
         Args:
-            pixel_values: Images of shape `(batch_size, num_channels, height, width)`, as the folder's image processor
-                (transformers' `ViTImageProcessor`) prepares them.
             bool_masked_pos: The masked patches (True), of shape `(batch_size, num_patches)`; the loss scores their
                 reconstruction.
-            interpolate_pos_encoding: Read images of another size than `config.image_size` (see
-                `AiaynVisionModel.forward`).
-            **kwargs: transformers' keyword arguments: `output_attentions`, `output_hidden_states`, `return_dict`, and
-                the loss's (`num_items_in_batch`).
 
         Returns:
             A `MaskedImageModelingOutput` with `loss` (given `bool_masked_pos`), `reconstruction` of the images' shape,
