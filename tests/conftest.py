@@ -106,19 +106,24 @@ def lm_inputs(family: str, ids: torch.Tensor, mask: torch.Tensor | None = None) 
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory):
-    """The documentation site, built once per test process with `mkdocs build --strict` (a broken link or an
-    unresolved reference fails it)."""
+def site(tmp_path_factory, worker_id):
+    """The documentation site, built with `mkdocs build --strict` (a broken link or an unresolved reference fails
+    it) once per test run: the first worker to need it builds it, under a lock, in the folder the workers share."""
     import subprocess
     import sys
     from pathlib import Path
 
-    folder = tmp_path_factory.mktemp("site")
-    result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    folder = shared / "site"
+    with FileLock(str(shared / "site.lock")):
+        if not (folder / "index.html").exists():
+            result = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+                cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr[-4000:]
     return folder
 
 

@@ -1,9 +1,11 @@
 """What transformers and PEFT decide by a model's class name or model type, for the models of four folders, printed as
-JSON: `python name_tables_worker.py MODE FOLDERS_DIR`.
+JSON by mode: `python name_tables_worker.py FOLDERS_DIR MODE [MODE ...]`, the modes in the order given.
 
 MODE `without_aiayn` loads aiayn's folders where aiayn cannot be imported (the folders' own code, through
-`trust_remote_code=True`), `with_aiayn` loads them with aiayn imported, and `builtin` loads the built-in
-counterparts' folders (BERT, GPT-2, T5, ViT). For each family it reports:
+`trust_remote_code=True`): it makes aiayn unimportable, so it is the process's only mode. `builtin` loads the built-in
+counterparts' folders (BERT, GPT-2, T5, ViT) and `with_aiayn` imports aiayn and loads aiayn's folders: `builtin
+with_aiayn` measures the built-in models before aiayn is imported, as a process of their own would. For each family
+it reports:
 
 - `unsupported`: the pipeline tasks whose `check_model_type` logs "is not supported" for the loaded model;
 - `lora_adapts_attention`: whether `get_peft_model(model, LoraConfig())`, without `target_modules`, adapts the
@@ -16,11 +18,10 @@ import json
 import logging
 import sys
 
-MODE, FOLDERS = sys.argv[1], sys.argv[2]
-if MODE == "without_aiayn":
+FOLDERS, MODES = sys.argv[1], sys.argv[2:]
+assert "without_aiayn" not in MODES or MODES == ["without_aiayn"], MODES
+if MODES == ["without_aiayn"]:
     sys.modules["aiayn"] = None
-else:
-    import aiayn  # noqa: F401
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -57,7 +58,7 @@ class Messages(logging.Handler):
 
 
 def load(auto_name: str, folder: str):
-    remote = {"trust_remote_code": True} if MODE == "without_aiayn" else {}
+    remote = {"trust_remote_code": True} if "without_aiayn" in MODES else {}
     return getattr(transformers, auto_name).from_pretrained(folder, **remote)
 
 
@@ -111,13 +112,22 @@ def smoothing_shifts(family: str, folder: str):
     return True if abs(loss - shifted) < 1e-5 else False if abs(loss - unshifted) < 1e-5 else None
 
 
-report = {}
-for family in TASKS:
-    folder = f"{FOLDERS}/{family}-{'builtin' if MODE == 'builtin' else 'aiayn'}"
-    report[family] = {
-        "unsupported": unsupported_tasks(family, folder),
-        "lora_adapts_attention": lora_adapts_attention(family, folder),
-    }
-    if family in LANGUAGE_MODEL:
-        report[family]["smoothing_shifts"] = smoothing_shifts(family, folder)
-print("RESULT " + json.dumps(report))
+def report(mode: str) -> dict:
+    reports = {}
+    for family in TASKS:
+        folder = f"{FOLDERS}/{family}-{'builtin' if mode == 'builtin' else 'aiayn'}"
+        reports[family] = {
+            "unsupported": unsupported_tasks(family, folder),
+            "lora_adapts_attention": lora_adapts_attention(family, folder),
+        }
+        if family in LANGUAGE_MODEL:
+            reports[family]["smoothing_shifts"] = smoothing_shifts(family, folder)
+    return reports
+
+
+reports = {}
+for mode in MODES:
+    if mode == "with_aiayn":
+        import aiayn  # noqa: F401
+    reports[mode] = report(mode)
+print("RESULT " + json.dumps(reports))

@@ -1,9 +1,11 @@
 """Run by test_reproducibility.py in a fresh process: for each family at d_model 512, from seed 0, the digests of the
 forward logits, a training step's loss and gradient norms (dropout on) and the greedy scores of one sequence and of a
-batch. Prints them as one JSON object."""
+batch. Prints "ready" once imported, measures when a line comes on stdin (so that the test decides what runs beside
+the measurements), and prints the digests as one JSON object."""
 
 import hashlib
 import json
+import sys
 
 import torch
 import transformers
@@ -60,4 +62,6 @@ def measure(family: str) -> dict[str, str]:
     return results
 
 
+print("ready", flush=True)
+sys.stdin.readline()
 print(json.dumps({family: measure(family) for family in MODELS}))

@@ -8,7 +8,9 @@ its arguments and `TrainingArguments`, `load_dataset("text", ...)`, `AutoConfig`
 `block_size` tokens, `labels` a copy of `input_ids`), `Trainer(..., processing_class=tokenizer,
 data_collator=default_data_collator)`, `train()` and `save_model()`.
 
-`--without_aiayn` makes aiayn unimportable first: only the folder's own code can build the model.
+Several command lines separated by `--then` run one after the other in this process, each printed as an entry of the
+JSON list. `--with_aiayn` imports aiayn before its command line runs. `--without_aiayn` makes aiayn unimportable
+first, so that only the folder's own code can build the model: it is the process's only command line.
 """
 
 import json
@@ -17,11 +19,9 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 if "--without_aiayn" in sys.argv:
+    assert "--then" not in sys.argv, "--without_aiayn runs alone"
     sys.argv.remove("--without_aiayn")
     sys.modules["aiayn"] = None
-if "--with_aiayn" in sys.argv:
-    sys.argv.remove("--with_aiayn")
-    import aiayn  # noqa: F401
 
 import torch  # noqa: E402
 from datasets import load_dataset  # noqa: E402
@@ -46,8 +46,13 @@ class ScriptArguments:
     trust_remote_code: bool = field(default=False)
 
 
-def main():
-    script_args, training_args = HfArgumentParser((ScriptArguments, TrainingArguments)).parse_args_into_dataclasses()
+def main(argv: list[str]) -> dict:
+    if "--with_aiayn" in argv:
+        argv.remove("--with_aiayn")
+        import aiayn  # noqa: F401
+
+    parser = HfArgumentParser((ScriptArguments, TrainingArguments))
+    script_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     set_seed(training_args.seed)
     raw_datasets = load_dataset("text", data_files={"train": script_args.train_file}, keep_linebreaks=True)
     remote = {"trust_remote_code": script_args.trust_remote_code}
@@ -96,8 +101,14 @@ def main():
             }
         ),
     }
-    print("RESULT " + json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    command_lines = [[]]
+    for argument in sys.argv[1:]:
+        if argument == "--then":
+            command_lines.append([])
+        else:
+            command_lines[-1].append(argument)
+    print("RESULT " + json.dumps([main(argv) for argv in command_lines]))

@@ -1,7 +1,7 @@
 """Checkpoint averaging: the float32 mean of the weights, written as a loadable folder, and clear refusals."""
 
 import os
-import subprocess
+import runpy
 import sys
 
 import pytest
@@ -11,6 +11,7 @@ from conftest import lm_model, padded_batch, tiny_config
 from safetensors.torch import load_file
 
 import aiayn
+from aiayn import cli
 from aiayn.averaging import LastCheckpointsAveraging, average_checkpoints, checkpoint_folders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +69,10 @@ def test_pickled_checkpoints_are_refused_unless_allowed(tmp_path):
     assert averaged
 
 
-def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path):
+def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path, monkeypatch, capsys):
+    """`python scripts/average_checkpoints.py OUTPUT --run-dir RUN --last 3` (the script run as `__main__`, with that
+    command line) averages the last 3 of a run's 4 checkpoints into a folder holding the model and its code only, and
+    `aiayn average` asked for more checkpoints than the run has exits with status 2 and says why."""
     run = tmp_path / "run"
     model = aiayn.AiaynDecoderForCausalLM(tiny_config("decoder"))
     ids, mask = padded_batch()
@@ -80,21 +84,18 @@ def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path):
     )  # fmt: skip
     transformers.Trainer(model=model, args=args, train_dataset=rows).train()
     assert [os.path.basename(f) for f in checkpoint_folders(str(run), 3)] == [f"checkpoint-{s}" for s in (2, 3, 4)]
-    result = subprocess.run(
-        [sys.executable, "scripts/average_checkpoints.py", str(tmp_path / "avg"), "--run-dir", str(run), "--last",
-         "3"],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    capsys.readouterr()
+    script = os.path.join(ROOT, "scripts", "average_checkpoints.py")
+    monkeypatch.setattr(sys, "argv", [script, str(tmp_path / "avg"), "--run-dir", str(run), "--last", "3"])
+    runpy.run_path(script, run_name="__main__")
+    assert capsys.readouterr().out == f"averaged 3 checkpoints into {tmp_path / 'avg'}\n"
     files = set(os.listdir(tmp_path / "avg"))
     assert {"model.safetensors", "config.json", "modeling_aiayn_decoder.py"} <= files
     assert not files & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state.pth"}
     transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "avg")
-    too_many = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "average", str(tmp_path / "x"), "--run-dir", str(run), "--last", "9"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert too_many.returncode == 2 and "has 4 checkpoint folders; 9 were asked for" in too_many.stderr
+    with pytest.raises(SystemExit) as too_many:
+        cli.main(["average", str(tmp_path / "x"), "--run-dir", str(run), "--last", "9"])
+    assert too_many.value.code == 2 and "has 4 checkpoint folders; 9 were asked for" in capsys.readouterr().err
 
 
 def test_a_trainer_run_ends_with_the_mean_of_its_last_checkpoints(tmp_path):

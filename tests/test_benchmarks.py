@@ -145,10 +145,11 @@ def test_the_label_smoothing_benchmark_runs_and_the_step_without_logits_holds_le
 
 def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
     """Full attention, a window the bands serve at this length, one they do not (the masked path), BigBird's random
-    blocks in bands, and Linformer's projection."""
+    blocks in bands, and Linformer's projection, timed in one fresh process (the memory of each, a fresh process
+    apiece, is the next test's, in this one)."""
     script = os.path.join(os.path.dirname(COMPARE), "long_inputs.py")
     arguments = ["--lengths", "256", "--windows", "32", "128", "--bigbird", "32", "2", "--linformer-k", "16",
-                 "--d-model", "32", "--repeats", "1"]  # fmt: skip
+                 "--d-model", "32", "--repeats", "1", "--no-memory"]  # fmt: skip
     result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("| 256 ")]
@@ -160,4 +161,28 @@ def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
         ["256", "BigBird 32 + 2 random", "banded"],
         ["256", "Linformer k=16", "projected"],
     ]
-    assert all(float(cell) > 0 for row in rows for cell in row[3:])
+    for row in rows:
+        forward, forward_speedup, forward_peak, train, train_speedup, train_peak = row[3:]
+        assert float(forward) > 0 and float(train) > 0 and forward_peak == train_peak == "-"
+        assert float(forward_speedup) > 0 and float(train_speedup) > 0
+    assert rows[0][4] == rows[0][7] == "1.00"  # full attention against itself
+
+
+def test_the_long_inputs_benchmarks_memory_is_the_weights_the_optimizer_and_the_peak_of_a_call():
+    sys.path.insert(0, os.path.dirname(COMPARE))
+    try:
+        spec = importlib.util.spec_from_file_location("long_inputs", os.path.join(os.path.dirname(COMPARE),
+                                                                                  "long_inputs.py"))  # fmt: skip
+        long_inputs = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(long_inputs)
+    finally:
+        sys.path.remove(os.path.dirname(COMPARE))
+    settings = {"family": "encoder", "lengths": [256], "length": 256, "windows": [32], "bigbird": None,
+                "linformer_k": 0, "d_model": 32, "heads": 4, "layers": 1, "device": "cpu",
+                "kinds": ["forward", "train"], "attention": "window 32"}  # fmt: skip
+    peaks = long_inputs.measure_memory(settings)
+    model = long_inputs.build(settings, {"sliding_window": 32})
+    weights = sum(tensor.numel() * tensor.element_size() for tensor in [*model.parameters(), *model.buffers()])
+    # Training holds AdamW's two moments of every parameter beside the weights, and a call's activations on top.
+    adam = 2 * sum(parameter.numel() * 4 for parameter in model.parameters())
+    assert weights / 2**20 < peaks["forward"] and (weights + adam) / 2**20 < peaks["train"]

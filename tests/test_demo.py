@@ -1,4 +1,4 @@
-"""`aiayn demo --quick` end to end, and the figures."""
+"""The demo's stages end to end at test size, and the figures."""
 
 import json
 import math
@@ -14,15 +14,33 @@ from aiayn.configuration_aiayn import preset_config
 from aiayn.experiments import demo, plots
 from aiayn.training import parse_overrides
 
+# The demo's stages at test size: `demo.QUICK`'s runs and models, on a few hundred examples for a few steps (the
+# translation run for 32, so that its last checkpoints, 1/32 of the run apart, are averaged). Whether the runs learn is
+# `make demo`'s question (docs/results/demo.md has its figures); this test asks whether every stage is wired.
+TEST_SIZE = """
+import sys
+from dataclasses import replace
 
-def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
+from aiayn.experiments import demo
+
+
+def test_size(run):
+    if run.task == "translation":
+        return replace(run, steps=32, warmup_steps=4, train_samples=400, eval_samples=8)
+    if run.dataset == "digits":
+        return replace(run, steps=4, warmup_steps=1, batch_size=16)
+    return replace(run, steps=4, warmup_steps=1, batch_size=8, train_samples=300, eval_samples=16,
+                   vocab_size=min(run.vocab_size, 300))
+
+
+demo.main(sys.argv[1], threads=int(sys.argv[2]), runs=tuple(test_size(run) for run in demo.QUICK))
+"""
+
+
+def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_path):
     threads = torch.get_num_threads()  # this worker's share of the cores (one under pytest-xdist)
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "demo", "--quick", "--out", str(tmp_path), "--threads", str(threads)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = subprocess.run([sys.executable, "-c", TEST_SIZE, str(tmp_path), str(threads)], capture_output=True,
+                            text=True, timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     assert "=== summary" in result.stdout and "ROMEO" in result.stdout and "[MASK]" in result.stdout
     assert "The same genres through trust_remote_code=True in a process without aiayn." in result.stdout
@@ -31,17 +49,15 @@ def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
     assert list(summary) == ["gpt-shakespeare", "bert-shakespeare", "genre-finetuned", "genre-from-scratch",
                              "transformer-en-de", "vit-digits", "vit-digits-mim", "vit-100-labels-pretrained",
                              "vit-100-labels-from-scratch"]  # fmt: skip
-    # The language models beside their baselines, which learn nothing from context: the GPT-style model's loss below
-    # the unigram model's, the masked LM's accuracy above that of the best context-free masked LM.
-    gpt, bert = summary["gpt-shakespeare"], summary["bert-shakespeare"]
-    assert math.isfinite(gpt["eval_perplexity"]) and gpt["eval_loss"] < gpt["baselines"]["eval_loss"]
-    assert bert["eval_accuracy"] > bert["baselines"]["eval_accuracy"]
+    gpt = summary["gpt-shakespeare"]
+    assert math.isclose(gpt["eval_perplexity"], math.exp(gpt["eval_loss"]), rel_tol=1e-6)
     assert {"eval_bleu", "eval_chrf"} <= set(summary["transformer-en-de"])
     # Every metric beside its baseline, a classifier's loss without a perplexity.
     for name, metrics in summary.items():
         shown = {key for key in metrics if key in ("eval_loss", "eval_perplexity", "eval_accuracy", "eval_bleu",
                                                    "eval_chrf")}  # fmt: skip
         assert shown == set(metrics["baselines"]) - {"linear_accuracy"}, name
+        assert all(math.isfinite(metrics[key]) for key in shown), name
     assert "eval_perplexity" not in summary["genre-finetuned"]
     table = result.stdout.split("=== summary")[1]
     assert all(name in table for name in summary) and "baseline" in table
@@ -63,11 +79,9 @@ def test_quick_demo_pretrains_fine_tunes_evaluates_saves_and_reloads(tmp_path):
         )
         model = auto_class.from_pretrained(folder)
         assert model.config.vocab_size == len(transformers.AutoTokenizer.from_pretrained(folder))
-    # The digit classifier beats the majority class and answers through the image-classification pipeline; the
-    # masked-image model reconstructs better than each pixel's median; the few-label runs share an architecture.
-    digits = summary["vit-digits"]
-    assert digits["eval_accuracy"] > digits["baselines"]["eval_accuracy"] and "the pipeline says" in result.stdout
-    assert summary["vit-digits-mim"]["eval_loss"] < summary["vit-digits-mim"]["baselines"]["eval_loss"]
+    # The digit classifier answers through the image-classification pipeline; the few-label runs share an
+    # architecture, the pretrained one starting from the masked-image model.
+    assert "the pipeline says" in result.stdout
     assert summary["vit-100-labels-pretrained"]["parameters"] == summary["vit-100-labels-from-scratch"]["parameters"]
     assert {"model.safetensors", "preprocessor_config.json", "README.md"} <= set(os.listdir(tmp_path / "vit-digits"))
     assert transformers.AutoImageProcessor.from_pretrained(tmp_path / "vit-digits").size == {"height": 16, "width": 16}

@@ -2,7 +2,7 @@
 of README.md) runs here, the blocks of a page in order in one namespace, in a folder of their own (pages say where
 they shrink a model or a run to test sizes); every shell block of the tutorials and of the getting-started page runs
 in a shell, but for the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs
-`aiayn demo`, which `tests/test_demo.py` runs at `--quick` size; `pip install` is what the Makefile does)."""
+`aiayn demo`, whose stages `tests/test_demo.py` runs at test size; `pip install` is what the Makefile does)."""
 
 import doctest
 import importlib

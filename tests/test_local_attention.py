@@ -4,6 +4,7 @@ the banded computation that makes long sequences cost linearly, and decoding wit
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from unittest import mock
 
 import datasets
@@ -499,20 +500,22 @@ def test_a_windowed_classifier_folder_loads_without_aiayn_and_gives_the_same_out
 
 
 def test_the_long_inputs_comparison_trains_the_runs_and_saves_the_windowed_model(tmp_path):
-    """`aiayn long-inputs --quick`: full attention and the window on short blocks and, on long blocks, the window and
-    BigBird's random blocks for as many steps and full attention for as long; each scored at both lengths; the
-    windowed folder loads with its window."""
+    """`aiayn long-inputs`, smaller than `--quick`: full attention and the window on short blocks and, on long blocks,
+    the window and BigBird's random blocks for as many steps and full attention for as long; each scored at both
+    lengths; the windowed folder loads with its window."""
     from aiayn.experiments.long_inputs import QUICK, main
 
-    results = main(str(tmp_path), quick=True, threads=torch.get_num_threads())
-    short, long = f"full-{QUICK.short}", f"full-{QUICK.long}"
-    window_short, window_long = (f"window-{QUICK.window}-{length}" for length in (QUICK.short, QUICK.long))
-    bigbird = f"bigbird-{QUICK.window}+{QUICK.random_blocks}-{QUICK.long}"
+    setting = replace(QUICK, short=64, long=512, window=16, tokens_per_step=1024, steps=6, eval_tokens=1024,
+                      train_samples=400)  # fmt: skip
+    results = main(str(tmp_path), threads=torch.get_num_threads(), setting=setting)
+    short, long = f"full-{setting.short}", f"full-{setting.long}"
+    window_short, window_long = (f"window-{setting.window}-{length}" for length in (setting.short, setting.long))
+    bigbird = f"bigbird-{setting.window}+{setting.random_blocks}-{setting.long}"
     assert list(results) == [short, window_short, window_long, bigbird, long]
-    assert {results[name]["steps"] for name in (short, window_short, window_long, bigbird)} == {QUICK.steps}
+    assert {results[name]["steps"] for name in (short, window_short, window_long, bigbird)} == {setting.steps}
     assert results[long]["steps"] >= 1
-    uniform = math.log(QUICK.vocab_size)
+    uniform = math.log(setting.vocab_size)
     assert all(0 < loss < uniform for result in results.values() for loss in result["eval"].values())
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / window_long)
-    assert model.config.sliding_window == QUICK.window
+    assert model.config.sliding_window == setting.window
     assert (tmp_path / "long_inputs.md").read_text().startswith("run")

@@ -524,7 +524,11 @@ def answers(run: Run) -> bool:
     return run.task != "masked-image-modeling"
 
 
-def main(out: str, quick: bool = False, threads: int | None = None) -> dict[str, dict]:
+def main(
+    out: str, quick: bool = False, threads: int | None = None, runs: tuple[Run, ...] | None = None
+) -> dict[str, dict]:
+    """Trains, shows and saves each of `runs` (by default `demo_runs(quick)`) into `out/<run>`, and writes the
+    summary; returns each run's metrics by name."""
     torch.set_num_threads(threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -533,7 +537,7 @@ def main(out: str, quick: bool = False, threads: int | None = None) -> dict[str,
     results = {}
     shows = {"causal-lm": show_gpt, "masked-lm": show_bert, "classification": show_classifier,
              "translation": show_translations, "image-classification": show_digits}  # fmt: skip
-    for run in demo_runs(quick):
+    for run in runs or demo_runs(quick):
         folder = os.path.join(out, run.name)
         source = run.weights_from or run.tokenizer_from
         print(f"\n=== {run.name}: {run.task}, {run.steps} steps ===")

@@ -60,6 +60,7 @@ class Setting:
     steps: int
     learning_rate: float
     eval_tokens: int  # held-out tokens scored at both lengths
+    train_samples: int | None = None  # the speeches drawn from each split (`--max_train_samples`); None: all
 
 
 FULL = Setting(
@@ -105,7 +106,8 @@ def train(setting: Setting, name: str, length: int, window: int | None, random_b
         tokenizer_name=tokenizer,
         attn_implementation="sdpa",
     )
-    data_args = DataArguments(dataset_name="shakespeare", block_size=length)
+    data_args = DataArguments(dataset_name="shakespeare", block_size=length, max_train_samples=setting.train_samples,
+                              max_eval_samples=setting.train_samples)  # fmt: skip
     arguments = transformers.TrainingArguments(
         output_dir=folder,
         **budget.training_arguments(),
@@ -125,8 +127,10 @@ def train(setting: Setting, name: str, length: int, window: int | None, random_b
 
 
 def held_out_blocks(trainer: transformers.Trainer, length: int, tokens: int) -> datasets.Dataset:
-    """The first `tokens` tokens of the held-out plays, in blocks of `length`."""
-    held_out = datasets.DatasetDict(validation=load_corpus("shakespeare")["validation"])  # not the training plays
+    """The first `tokens` tokens of the held-out plays, in blocks of `length` (read from their first `tokens`
+    speeches: each has at least one token)."""
+    plays = load_corpus("shakespeare")["validation"]  # not the training plays
+    held_out = datasets.DatasetDict(validation=plays.select(range(min(len(plays), tokens))))
     data_args = resolve_columns("causal-lm", held_out, DataArguments(dataset_name="shakespeare", block_size=length))
     blocks = TASKS["causal-lm"].preprocess(held_out, trainer.processing_class, trainer.model, data_args)["validation"]
     return blocks.select(range(min(len(blocks), tokens // length)))
@@ -146,10 +150,12 @@ def comparison_table(results: dict[str, dict], setting: Setting) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def main(out: str, quick: bool = False, threads: int | None = None) -> dict[str, dict]:
+def main(out: str, quick: bool = False, threads: int | None = None, setting: Setting | None = None) -> dict[str, dict]:
+    """The five runs of the comparison at `setting`'s sizes (by default `QUICK` or `FULL`), each trained, scored at
+    both lengths and, the windowed one on long blocks, saved under `out`; returns each run's results by name."""
     torch.set_num_threads(threads or os.cpu_count() or 1)
     transformers.logging.set_verbosity_error()
-    setting = QUICK if quick else FULL
+    setting = setting or (QUICK if quick else FULL)
     windowed_long = f"window-{setting.window}-{setting.long}"
     runs = (
         (f"full-{setting.short}", setting.short, None, None),
