@@ -73,6 +73,12 @@ def lm_model(family: str, attn_implementation: str = "sdpa", seed: int = 0, **ov
     return LM_AUTO_CLASS[family].from_config(config, attn_implementation=attn_implementation).eval()
 
 
+def one_layer(family: str) -> dict:
+    """Overrides for one layer a stack: compiling, exporting or translating a model to ONNX treats every layer alike,
+    so a check of those paths needs one layer, and compiles in a fraction of the time."""
+    return {"num_layers": 1} | ({"num_decoder_layers": 1} if family == "seq2seq" else {})
+
+
 def random_ids(batch: int, length: int, seed: int = 1) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, VOCAB, (batch, length), generator=generator)

@@ -13,6 +13,7 @@ from conftest import (
     hub_loading_environment,
     lm_inputs,
     lm_model,
+    one_layer,
     padded_batch,
     prompt_batch,
     random_ids,
@@ -157,7 +158,7 @@ def test_backends_that_compute_dot_products_only_refuse_it_by_name():
 def test_compile_export_and_onnx_run_it():
     import onnxruntime
 
-    model = lm_model("decoder", attention_score="additive")
+    model = lm_model("decoder", attention_score="additive", **one_layer("decoder"))
     ids, mask = padded_batch()
     inputs = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
     with torch.no_grad():

@@ -3,7 +3,7 @@ loss without logits saves, by the benchmark's measure; the single-row benchmark.
 
 import importlib.util
 import os
-import subprocess
+import runpy
 import sys
 
 import pytest
@@ -12,6 +12,20 @@ from conftest import FAMILIES, lm_inputs, lm_model, random_ids
 from torch.utils.flop_counter import FlopCounterMode
 
 COMPARE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "compare.py")
+
+
+def run_benchmark(name: str, arguments: list[str], monkeypatch, capsys) -> str:
+    """`python benchmarks/NAME ARGUMENTS`, run in this process (the worker processes a benchmark starts for its
+    measurements are fresh ones still): what it printed."""
+    script = os.path.join(os.path.dirname(COMPARE), name)
+    monkeypatch.syspath_prepend(os.path.dirname(COMPARE))
+    monkeypatch.setattr(sys, "argv", [script, *arguments])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # each benchmark runs at its --threads
+    return capsys.readouterr().out
 
 
 def load_compare():
@@ -52,39 +66,29 @@ def test_training_flops_count_the_head_where_a_label_is_scored(family):
     assert expected < load_compare().training_flops(model.config, batch=2, length=12)
 
 
-def test_the_decoding_layout_benchmark_runs_and_leaves_the_standard_layout():
-    script = os.path.join(os.path.dirname(COMPARE), "decoding_layout.py")
+def test_the_decoding_layout_benchmark_runs_and_leaves_the_standard_layout(monkeypatch, capsys):
     arguments = ["--d-model", "64", "--layers", "1", "--vocab", "97", "--new-tokens", "4", "--repeats", "1"]
-    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "decoding_layout" in result.stdout and "restore" in result.stdout
+    printed = run_benchmark("decoding_layout.py", arguments, monkeypatch, capsys)
+    assert "decoding_layout" in printed and "restore" in printed
 
 
-def test_the_attention_scores_benchmark_runs_every_score():
-    script = os.path.join(os.path.dirname(COMPARE), "attention_scores.py")
-    result = subprocess.run([sys.executable, script, "--lengths", "16", "--repeats", "1"], capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert all(f"| 16 | {name} |" in result.stdout for name in ("dot product, sdpa", "dot product, eager", "additive"))
+def test_the_attention_scores_benchmark_runs_every_score(monkeypatch, capsys):
+    printed = run_benchmark("attention_scores.py", ["--lengths", "16", "--repeats", "1"], monkeypatch, capsys)
+    assert all(f"| 16 | {name} |" in printed for name in ("dot product, sdpa", "dot product, eager", "additive"))
 
 
-def test_the_single_row_benchmark_runs_and_prints_every_product():
-    script = os.path.join(os.path.dirname(COMPARE), "single_row_products.py")
+def test_the_single_row_benchmark_runs_and_prints_every_product(monkeypatch, capsys):
     arguments = ["--d-model", "32", "--d-ff", "64", "--vocab", "97", "--megabytes", "1", "--repeats", "1"]
-    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
+    printed = run_benchmark("single_row_products.py", arguments, monkeypatch, capsys)
     for product in ("query-key-value", "attention output", "feed-forward in", "feed-forward out", "output head"):
-        assert product in result.stdout
-    assert "one layer's products, (in, out)" in result.stdout
+        assert product in printed
+    assert "one layer's products, (in, out)" in printed
 
 
-def test_the_int8_benchmark_quantises_every_aiayn_projection_and_only_gpt2s_head():
-    script = os.path.join(os.path.dirname(COMPARE), "int8_decoding.py")
+def test_the_int8_benchmark_quantises_every_aiayn_projection_and_only_gpt2s_head(monkeypatch, capsys):
     arguments = ["--d-model", "64", "--layers", "2", "--vocab", "300", "--prompt", "8", "--new-tokens", "4"]
-    command = [sys.executable, script, *arguments, "--repeats", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    cells = [[cell.strip() for cell in line.split("|")] for line in result.stdout.splitlines()[2:]]
+    printed = run_benchmark("int8_decoding.py", [*arguments, "--repeats", "1"], monkeypatch, capsys)
+    cells = [[cell.strip() for cell in line.split("|")] for line in printed.splitlines()[2:]]
     rows = {tuple(cell[0].split(maxsplit=1)): cell[1] for cell in cells}
     assert rows[("aiayn", "float32")] == "0/9" and rows[("GPT-2", "float32")] == "0/9"
     for form in ("torch.ao dynamic", "torchao int8 weight-only", "torchao int8 dynamic"):
@@ -92,13 +96,11 @@ def test_the_int8_benchmark_quantises_every_aiayn_projection_and_only_gpt2s_head
 
 
 @pytest.mark.parametrize("family", ["decoder", "seq2seq"])
-def test_the_ctranslate2_benchmark_decodes_every_form_and_the_engines_float32_as_aiayn(family):
-    script = os.path.join(os.path.dirname(COMPARE), "ctranslate2_decoding.py")
+def test_the_ctranslate2_benchmark_decodes_every_form_and_the_engines_float32_as_aiayn(family, monkeypatch, capsys):
     arguments = ["--family", family, "--d-model", "64", "--layers", "2", "--vocab", "300", "--prompt", "8"]
-    command = [sys.executable, script, *arguments, "--new-tokens", "4", "--repeats", "1"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = [[cell.strip() for cell in line.split("|")] for line in result.stdout.splitlines() if line.count("|") == 9]
+    printed = run_benchmark("ctranslate2_decoding.py", [*arguments, "--new-tokens", "4", "--repeats", "1"],
+                            monkeypatch, capsys)  # fmt: skip
+    rows = [[cell.strip() for cell in line.split("|")] for line in printed.splitlines() if line.count("|") == 9]
     by_form = {(row[0], row[2], row[3]): row for row in rows[1:]}
     assert len(by_form) == 5 * 2 * 2  # forms x searches x batches
     assert by_form[("CTranslate2 float32", "greedy", "1")][-1] == "100.0%"
@@ -129,30 +131,25 @@ def test_the_loss_without_logits_holds_at_least_one_logits_buffer_less(family):
     assert peaks[True] + 0.9 * logits_mib <= peaks[False], peaks
 
 
-def test_the_label_smoothing_benchmark_runs_and_the_step_without_logits_holds_less():
+def test_the_label_smoothing_benchmark_runs_and_the_step_without_logits_holds_less(monkeypatch, capsys):
     """Marian and aiayn smoothed by the Trainer, aiayn by its own loss: a row each, and the step without logits holds
     less than the Trainer's smoothing of the same model, which holds the batch's logits and their log-probabilities
     (here one chunk of the loss without logits is the whole batch, so the difference is under one logits buffer)."""
-    script = os.path.join(os.path.dirname(COMPARE), "label_smoothing.py")
     arguments = ["--d-model", "64", "--layers", "1", "--vocab", "4096", "--length", "16", "--batch", "4"]
-    result = subprocess.run([sys.executable, script, *arguments, "--repeats", "1"], capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = {line[:18].strip(): line[18:].split() for line in result.stdout.splitlines()[3:]}
-    assert list(rows) == ["Marian, Trainer", "aiayn, Trainer", "aiayn, model"], result.stdout
-    assert float(rows["aiayn, model"][2]) < float(rows["aiayn, Trainer"][2]), result.stdout
+    printed = run_benchmark("label_smoothing.py", [*arguments, "--repeats", "1"], monkeypatch, capsys)
+    rows = {line[:18].strip(): line[18:].split() for line in printed.splitlines()[3:]}
+    assert list(rows) == ["Marian, Trainer", "aiayn, Trainer", "aiayn, model"], printed
+    assert float(rows["aiayn, model"][2]) < float(rows["aiayn, Trainer"][2]), printed
 
 
-def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path():
+def test_the_long_inputs_benchmark_runs_and_names_each_configurations_path(monkeypatch, capsys):
     """Full attention, a window the bands serve at this length, one they do not (the masked path), BigBird's random
     blocks in bands, and Linformer's projection, timed in one fresh process (the memory of each, a fresh process
     apiece, is the next test's, in this one)."""
-    script = os.path.join(os.path.dirname(COMPARE), "long_inputs.py")
     arguments = ["--lengths", "256", "--windows", "32", "128", "--bigbird", "32", "2", "--linformer-k", "16",
                  "--d-model", "32", "--repeats", "1", "--no-memory"]  # fmt: skip
-    result = subprocess.run([sys.executable, script, *arguments], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("| 256 ")]
+    printed = run_benchmark("long_inputs.py", arguments, monkeypatch, capsys)
+    lines = [line for line in printed.splitlines() if line.startswith("| 256 ")]
     rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines]
     assert [row[:3] for row in rows] == [
         ["256", "full", "full"],

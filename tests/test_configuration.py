@@ -6,7 +6,7 @@ import transformers
 from huggingface_hub.errors import StrictDataclassError
 
 import aiayn
-from aiayn import AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig
+from aiayn import AiaynDecoderConfig, AiaynEncoderConfig, AiaynSeq2SeqConfig, cli
 
 
 def test_standard_names_are_aliases_of_the_paper_names():
@@ -169,6 +169,16 @@ def test_presets_build_configs_of_their_family(name, model_type):
 def test_unknown_preset_lists_the_presets():
     with pytest.raises(ValueError, match="transformer-base"):
         aiayn.preset_config("transformer-huge")
+
+
+def test_the_presets_command_lists_each_preset_with_its_sizes(capsys):
+    """`aiayn presets`, as the getting-started page runs it: one row per preset, GPT-2 small at GPT-2's 124.4M."""
+    cli.main(["presets"])
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert list(rows) == list(aiayn.PRESETS)
+    sizes = ["seq2seq", "37000", "512", "8", "2048", "6+6", "sinusoidal", "post-layernorm", "63.1M"]
+    assert rows["transformer-base"] == sizes
+    assert rows["gpt2-small"] == ["decoder", "50257", "768", "12", "3072", "12", "learned", "pre-layernorm", "124.4M"]
 
 
 def test_paper_presets_match_table_3():

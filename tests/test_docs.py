@@ -2,7 +2,8 @@
 of README.md) runs here, the blocks of a page in order in one namespace, in a folder of their own (pages say where
 they shrink a model or a run to test sizes); every shell block of the tutorials and of the getting-started page runs
 in a shell, but for the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs
-`aiayn demo`, whose stages `tests/test_demo.py` runs at test size; `pip install` is what the Makefile does)."""
+`aiayn demo`, whose stages `tests/test_demo.py` runs at test size; `pip install` is what the Makefile does; `aiayn
+presets` and `aiayn train --help` print what test_configuration.py and test_train_command.py read in-process)."""
 
 import doctest
 import importlib
@@ -21,7 +22,7 @@ ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SHELL_PAGES = ("getting-started.md", "tutorials/")
-COVERED_ELSEWHERE = ("make ", "pip install")
+COVERED_ELSEWHERE = ("make ", "pip install", "aiayn presets", "aiayn train --help")
 # The name of each entry of the reference's tables (or lists) of parameters and fields, as mkdocstrings writes them.
 SECTION_ENTRY = re.compile(
     r'<(?:tr|li) class="doc-section-item[^"]*">\s*(?:<td>)?\s*(?:<h\d[^>]*>)?\s*(?:<b>)?<code>(?:<span[^>]*>)?([\w*]+)'

@@ -5,14 +5,14 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import FAMILIES, POSITION_TYPES, lm_inputs, lm_model, padded_batch, prompt_batch, random_ids
+from conftest import FAMILIES, POSITION_TYPES, lm_inputs, lm_model, one_layer, padded_batch, prompt_batch, random_ids
 from torch.export import Dim
 from torch.utils._pytree import tree_leaves
 from transformers import CompileConfig
 from transformers.integrations.executorch import Seq2SeqLMExportableModule, TorchExportableModuleForDecoderOnlyLM
 
-# Inductor compiles take seconds each, so each compiled path runs on a few pairs; together the pairs of the compiled
-# forwards cover every family and every position type.
+# Every model here has one layer a stack (`one_layer`). Inductor compiles take seconds each, so each compiled path runs
+# on a few pairs; together the pairs of the compiled forwards cover every family and every position type.
 COMPILED_FORWARDS = [
     ("encoder", "sinusoidal"),
     ("encoder", "none"),
@@ -71,7 +71,7 @@ def mkldnn_operators(program: torch.export.ExportedProgram) -> list[str]:
 @pytest.mark.parametrize(("family", "position"), COMPILED_FORWARDS)
 def test_inductor_compiled_forward_matches_eager_without_and_with_padding(family, position):
     """A batch without padding, then two padded ones: one graph serves them all (no recompile on new mask values)."""
-    model = lm_model(family, position_embedding_type=position)
+    model = lm_model(family, **one_layer(family), position_embedding_type=position)
     ids, mask = padded_batch()
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -90,7 +90,9 @@ def test_inductor_compiled_training_step_gives_eagers_loss_and_gradients(family,
     ids, mask = padded_batch()
     inputs = lm_inputs(family, ids, mask)
     inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    model = lm_model(family, position_embedding_type=position, label_smoothing=label_smoothing).train()
+    model = lm_model(
+        family, **one_layer(family), position_embedding_type=position, label_smoothing=label_smoothing
+    ).train()
     torch._dynamo.reset()
     results = {}
     for name, run in (("eager", model), ("compiled", torch.compile(model, fullgraph=True))):
@@ -106,7 +108,7 @@ def test_inductor_compiled_training_step_gives_eagers_loss_and_gradients(family,
 @pytest.mark.parametrize(("family", "position"), COMPILED_GENERATIONS)
 def test_inductor_compiled_static_cache_generation_gives_eagers_tokens_and_logits(family, position):
     """generate() compiles the decoding step once (`fullgraph=True`) and reuses it for every new token."""
-    model = lm_model(family, position_embedding_type=position, tie_word_embeddings=False)
+    model = lm_model(family, **one_layer(family), position_embedding_type=position, tie_word_embeddings=False)
     ids, mask = prompt_batch(family)
     settings = {
         "attention_mask": mask,
@@ -132,7 +134,7 @@ def test_inductor_compiled_static_cache_generation_gives_eagers_tokens_and_logit
 @pytest.mark.parametrize("position", POSITION_TYPES)
 def test_exported_program_has_no_mkldnn_operators_and_gives_eagers_outputs(family, position):
     """The program holds standard operators only, and computes eager's outputs bit for bit."""
-    model = lm_model(family, position_embedding_type=position)
+    model = lm_model(family, **one_layer(family), position_embedding_type=position)
     inputs = export_inputs(family, *padded_batch())
     program = torch.export.export(model, (), kwargs=inputs)
     assert mkldnn_operators(program) == []
@@ -146,7 +148,7 @@ def test_exported_program_has_no_mkldnn_operators_and_gives_eagers_outputs(famil
 @pytest.mark.parametrize(("family", "position"), DYNAMIC_EXPORTS)
 def test_export_with_dynamic_batch_size_and_length_serves_other_shapes(family, position):
     """Traced at 3 x 9 tokens with both dimensions dynamic: eager's outputs bit for bit there and at 4 x 6."""
-    model = lm_model(family, position_embedding_type=position)
+    model = lm_model(family, **one_layer(family), position_embedding_type=position)
     inputs = export_inputs(family, *padded_batch())
     batch, length = Dim("batch", min=1, max=8), Dim("length", min=2, max=32)
     shapes = {
@@ -163,7 +165,7 @@ def test_export_with_dynamic_batch_size_and_length_serves_other_shapes(family, p
 @pytest.mark.parametrize("family", FAMILIES)
 def test_core_aten_decomposition_has_no_mkldnn_operators_and_gives_eagers_outputs(family):
     """The exported program lowered to the core ATen operator set, as backends such as ExecuTorch take it."""
-    model = lm_model(family, position_embedding_type="relative")
+    model = lm_model(family, **one_layer(family), position_embedding_type="relative")
     inputs = export_inputs(family, *padded_batch())
     program = torch.export.export(model, (), kwargs=inputs).run_decompositions()
     assert mkldnn_operators(program) == []
@@ -176,7 +178,7 @@ def test_core_aten_decomposition_has_no_mkldnn_operators_and_gives_eagers_output
 def test_onnx_export_runs_in_onnxruntime_with_pytorchs_outputs(family, position):
     """`torch.onnx.export(dynamo=True)`: a valid ONNX model whose inputs are the forward arguments and whose outputs,
     computed by onnxruntime on CPU, are PyTorch's."""
-    model = lm_model(family, position_embedding_type=position)
+    model = lm_model(family, **one_layer(family), position_embedding_type=position)
     inputs = export_inputs(family, *padded_batch())
     program = torch.onnx.export(model, (), kwargs=inputs, dynamo=True, verbose=False)
     onnx.checker.check_model(program.model_proto, full_check=True)
@@ -198,7 +200,7 @@ def test_executorch_decoder_export_prefills_and_decodes_eagers_greedy_tokens(pos
     """`TorchExportableModuleForDecoderOnlyLM` with a static cache, exported with a dynamic number of tokens per call
     and driven as ExecuTorch's runner drives it: the prompt in one call, then one token per call, each at its
     position in the cache."""
-    model = lm_model("decoder", position_embedding_type=position, tie_word_embeddings=False)
+    model = lm_model("decoder", **one_layer("decoder"), position_embedding_type=position, tie_word_embeddings=False)
     prompt = random_ids(1, 5, seed=5)
     expected = model.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
     with torch.no_grad():
@@ -229,7 +231,7 @@ def test_executorch_seq2seq_export_generates_eagers_greedy_tokens(position):
     """`Seq2SeqLMExportableModule` exports the encoder (dynamic source length, traced at 10 tokens) and the decoder
     step with a static cache; its `generate` gives eager greedy decoding's tokens for a 7-token source, and the
     exported decoder gives eager's logits along them."""
-    model = lm_model("seq2seq", position_embedding_type=position, tie_word_embeddings=False)
+    model = lm_model("seq2seq", **one_layer("seq2seq"), position_embedding_type=position, tie_word_embeddings=False)
     source = random_ids(1, 7, seed=5)
     expected = model.generate(source, max_new_tokens=NEW_TOKENS, do_sample=False)
     with torch.no_grad():

@@ -13,7 +13,7 @@ import onnxruntime
 import pytest
 import torch
 import transformers
-from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, random_ids, tiny_config
+from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, one_layer, random_ids, tiny_config
 from torch.export import Dim
 from torch.nn.attention.flex_attention import BlockMask
 
@@ -382,7 +382,7 @@ def test_banded_attention_compiles_and_exports():
     """The bands under `torch.compile` (inductor) and `torch.export` give eager's outputs; global tokens, whose count
     depends on the mask's values, take the masked path when compiled; a program exported for a dynamic length takes
     transformers' mask and serves lengths on both sides of the bands' threshold."""
-    model = windowed("encoder")
+    model = windowed("encoder", **one_layer("encoder"))
     ids, mask = padded()
     compiled = torch.compile(model, fullgraph=True)
     program = torch.export.export(model, (), kwargs={"input_ids": ids, "attention_mask": mask})
@@ -409,7 +409,7 @@ def test_banded_attention_compiles_and_exports():
 def test_banded_attention_runs_in_onnxruntime():
     """`torch.onnx.export(dynamo=True)` of a windowed encoder at a length the bands serve: onnxruntime on CPU gives
     PyTorch's logits."""
-    model = windowed("encoder")
+    model = windowed("encoder", **one_layer("encoder"))
     ids, mask = padded()
     inputs = {"input_ids": ids, "attention_mask": mask}
     with counting_bands() as bands:

@@ -194,7 +194,7 @@ def test_bad_images_are_refused_with_errors_that_name_the_problem():
 
 
 def test_compiled_exported_and_onnx_programs_give_eagers_logits():
-    model = classifier()
+    model = classifier(num_layers=1)  # every layer compiles and exports alike
     pixels = images()
     with torch.no_grad():
         expected = model(pixel_values=pixels).logits
