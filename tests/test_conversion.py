@@ -2,6 +2,7 @@
 weights)."""
 
 import os
+import runpy
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from conftest import hub_loading_environment, word_tokenizer
 from test_hub import LOADER
 
 import aiayn
+from aiayn import cli
 from aiayn.conversion import SUPPORTED_MODELS, convert_checkpoint, convert_from_hf
 
 VOCAB = 97
@@ -272,19 +274,17 @@ def test_every_supported_model_is_tested():
     assert set(SUPPORTED_MODELS) == {name.removesuffix(" v1.1") for name in REFERENCES}
 
 
-def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tmp_path):
+def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tmp_path, monkeypatch):
     source, destination, workdir = tmp_path / "t5", tmp_path / "aiayn-t5", tmp_path / "elsewhere"
     workdir.mkdir()
     model = reference("T5ForConditionalGeneration v1.1")
     model.save_pretrained(source)
     word_tokenizer().save_pretrained(source)
-    result = subprocess.run(
-        [sys.executable, "scripts/convert_checkpoint.py", str(source), str(destination)],
-        capture_output=True,
-        text=True,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+    script = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "convert_checkpoint.py"
     )
-    assert result.returncode == 0, result.stderr
+    monkeypatch.setattr(sys, "argv", [script, str(source), str(destination)])
+    runpy.run_path(script, run_name="__main__")  # in this process; the folder then loads without aiayn in a fresh one
     assert {"config.json", "model.safetensors", "tokenizer.json", "modeling_aiayn_seq2seq.py"} <= set(
         os.listdir(destination)
     )
@@ -317,7 +317,7 @@ def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tm
     assert "exact AutoModelForSeq2SeqLM" in result.stdout
 
 
-def test_convert_checkpoint_refuses_what_it_cannot_convert(tmp_path):
+def test_convert_checkpoint_refuses_what_it_cannot_convert(tmp_path, capsys):
     with pytest.raises(ValueError, match="no config.json"):
         convert_checkpoint(str(tmp_path), str(tmp_path / "out"))
     roberta = transformers.RobertaModel(transformers.RobertaConfig(
@@ -326,12 +326,11 @@ def test_convert_checkpoint_refuses_what_it_cannot_convert(tmp_path):
     roberta.save_pretrained(tmp_path / "roberta")
     with pytest.raises(ValueError, match=r"\['RobertaModel'\]; supported models"):
         convert_checkpoint(str(tmp_path / "roberta"), str(tmp_path / "out"))
-    result = subprocess.run(
-        [sys.executable, "-m", "aiayn.cli", "convert", str(tmp_path / "roberta"), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2 and "supported models" in result.stderr and "Traceback" not in result.stderr
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:  # `aiayn convert`: a usage error, not a traceback
+        cli.main(["convert", str(tmp_path / "roberta"), str(tmp_path / "out")])
+    printed = capsys.readouterr().err
+    assert exited.value.code == 2 and "supported models" in printed and "Traceback" not in printed
 
 
 def test_pickled_weights_are_read_only_when_allowed(tmp_path):
