@@ -14,6 +14,12 @@ from torch.utils.flop_counter import FlopCounterMode
 COMPARE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "compare.py")
 
 
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """What a benchmark writes where it runs (the Trainer's output folder) goes into the test's own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def run_benchmark(name: str, arguments: list[str], monkeypatch, capsys) -> str:
     """`python benchmarks/NAME ARGUMENTS`, run in this process (the worker processes a benchmark starts for its
     measurements are fresh ones still): what it printed."""
