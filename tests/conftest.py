@@ -1,6 +1,8 @@
 """Tiny models of each family and inputs for them, built from configs: nothing is downloaded."""
 
 import os
+import runpy
+import sys
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ LM_AUTO_CLASS = {
     "seq2seq": transformers.AutoModelForSeq2SeqLM,
 }
 VOCAB = 97
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One torch thread per test process under pytest-xdist (one process per core), else up to two.
 torch.set_num_threads(1 if "PYTEST_XDIST_WORKER" in os.environ else min(2, os.cpu_count() or 1))
@@ -46,6 +49,19 @@ def hub_loading_environment(tmp_path) -> dict:
     }
     environment.pop("PYTHONPATH", None)
     return environment
+
+
+def run_script(path: str, arguments: list[str], monkeypatch) -> None:
+    """`python PATH ARGUMENTS` (PATH relative to the repository) in this process: its arguments in `sys.argv`, its
+    folder first on `sys.path` as Python puts it for a script, and torch's threads as they were before it."""
+    script = os.path.join(ROOT, path)
+    monkeypatch.syspath_prepend(os.path.dirname(script))
+    monkeypatch.setattr(sys, "argv", [script, *arguments])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # a benchmark runs at its --threads
 
 
 def tiny_config(family: str, **overrides) -> aiayn.AiaynConfig:

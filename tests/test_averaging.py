@@ -1,20 +1,16 @@
 """Checkpoint averaging: the float32 mean of the weights, written as a loadable folder, and clear refusals."""
 
 import os
-import runpy
-import sys
 
 import pytest
 import torch
 import transformers
-from conftest import lm_model, padded_batch, tiny_config
+from conftest import lm_model, padded_batch, run_script, tiny_config
 from safetensors.torch import load_file
 
 import aiayn
 from aiayn import cli
 from aiayn.averaging import LastCheckpointsAveraging, average_checkpoints, checkpoint_folders
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def saved_checkpoints(tmp_path, count: int = 3, dtype=torch.float32, family: str = "seq2seq") -> list[str]:
@@ -85,9 +81,8 @@ def test_the_last_checkpoints_of_a_trainer_run_from_the_command_line(tmp_path, m
     transformers.Trainer(model=model, args=args, train_dataset=rows).train()
     assert [os.path.basename(f) for f in checkpoint_folders(str(run), 3)] == [f"checkpoint-{s}" for s in (2, 3, 4)]
     capsys.readouterr()
-    script = os.path.join(ROOT, "scripts", "average_checkpoints.py")
-    monkeypatch.setattr(sys, "argv", [script, str(tmp_path / "avg"), "--run-dir", str(run), "--last", "3"])
-    runpy.run_path(script, run_name="__main__")
+    run_script("scripts/average_checkpoints.py", [str(tmp_path / "avg"), "--run-dir", str(run), "--last", "3"],
+               monkeypatch)  # fmt: skip
     assert capsys.readouterr().out == f"averaged 3 checkpoints into {tmp_path / 'avg'}\n"
     files = set(os.listdir(tmp_path / "avg"))
     assert {"model.safetensors", "config.json", "modeling_aiayn_decoder.py"} <= files

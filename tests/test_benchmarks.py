@@ -3,12 +3,11 @@ loss without logits saves, by the benchmark's measure; the single-row benchmark.
 
 import importlib.util
 import os
-import runpy
 import sys
 
 import pytest
 import torch
-from conftest import FAMILIES, lm_inputs, lm_model, random_ids
+from conftest import FAMILIES, lm_inputs, lm_model, random_ids, run_script
 from torch.utils.flop_counter import FlopCounterMode
 
 COMPARE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "compare.py")
@@ -21,16 +20,9 @@ def in_a_folder_of_its_own(tmp_path, monkeypatch):
 
 
 def run_benchmark(name: str, arguments: list[str], monkeypatch, capsys) -> str:
-    """`python benchmarks/NAME ARGUMENTS`, run in this process (the worker processes a benchmark starts for its
+    """`python benchmarks/NAME ARGUMENTS` in this process (the worker processes a benchmark starts for its
     measurements are fresh ones still): what it printed."""
-    script = os.path.join(os.path.dirname(COMPARE), name)
-    monkeypatch.syspath_prepend(os.path.dirname(COMPARE))
-    monkeypatch.setattr(sys, "argv", [script, *arguments])
-    threads = torch.get_num_threads()
-    try:
-        runpy.run_path(script, run_name="__main__")
-    finally:
-        torch.set_num_threads(threads)  # each benchmark runs at its --threads
+    run_script(os.path.join("benchmarks", name), arguments, monkeypatch)
     return capsys.readouterr().out
 
 

@@ -2,14 +2,13 @@
 weights)."""
 
 import os
-import runpy
 import subprocess
 import sys
 
 import pytest
 import torch
 import transformers
-from conftest import hub_loading_environment, word_tokenizer
+from conftest import hub_loading_environment, run_script, word_tokenizer
 from test_hub import LOADER
 
 import aiayn
@@ -280,11 +279,8 @@ def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tm
     model = reference("T5ForConditionalGeneration v1.1")
     model.save_pretrained(source)
     word_tokenizer().save_pretrained(source)
-    script = os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "convert_checkpoint.py"
-    )
-    monkeypatch.setattr(sys, "argv", [script, str(source), str(destination)])
-    runpy.run_path(script, run_name="__main__")  # in this process; the folder then loads without aiayn in a fresh one
+    # in this process; the folder then loads without aiayn in a fresh one
+    run_script("scripts/convert_checkpoint.py", [str(source), str(destination)], monkeypatch)
     assert {"config.json", "model.safetensors", "tokenizer.json", "modeling_aiayn_seq2seq.py"} <= set(
         os.listdir(destination)
     )

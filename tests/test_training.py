@@ -2,20 +2,15 @@
 
 import json
 import math
-import os
-import runpy
-import sys
 
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, lm_model, random_ids, tiny_config, word_tokenizer
+from conftest import VOCAB, lm_model, random_ids, run_script, tiny_config, word_tokenizer
 from torch.nn import functional as F
 
 import aiayn
 from aiayn.training import DataArguments, ModelArguments, PaperRecipe
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def trainer_for(model, **arguments) -> transformers.Trainer:
@@ -161,14 +156,12 @@ def test_gradient_accumulation_gives_the_full_batch_step(smoothing, smoothed_by,
 
 
 def test_translation_script_with_the_paper_recipe_from_the_command_line(tmp_path, monkeypatch):
-    script = os.path.join(ROOT, "scripts", "run_translation.py")
-    monkeypatch.setattr(sys, "argv", [
-        script, "--output_dir", str(tmp_path), "--do_train", "--preset", "transformer-base", "--config_overrides",
+    run_script("scripts/run_translation.py", [
+        "--output_dir", str(tmp_path), "--do_train", "--preset", "transformer-base", "--config_overrides",
         "d_model=32,num_heads=4,d_ff=64,num_layers=1,num_decoder_layers=1", "--paper_recipe", "--max_steps", "2",
         "--vocab_size", "300", "--max_train_samples", "32", "--per_device_train_batch_size", "4", "--report_to",
         "none", "--max_source_length", "24", "--dataloader_pin_memory", "false",
-    ])  # fmt: skip
-    runpy.run_path(script, run_name="__main__")  # its command line, parsed and run in this process
+    ], monkeypatch)  # fmt: skip
     with open(tmp_path / "trainer_state.json") as f:
         state = json.load(f)
     assert state["global_step"] == 2
