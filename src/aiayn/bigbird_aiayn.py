@@ -34,7 +34,12 @@ PRIME = 2**31 - 1
 
 def mix(x: torch.Tensor) -> torch.Tensor:
     """A hash of non-negative int64 tensors into [0, PRIME): rounds of squaring (the nonlinear step) and a
-    multiplicative congruential step modulo PRIME, the same on every device, process and runtime."""
+    multiplicative congruential step modulo PRIME, the same on every device, process and runtime.
+
+    The first step, a bitwise and that leaves non-negative values as they are, keeps the hash a computed value under
+    torch.compile: inductor folds integer arithmetic on `arange` into indexing expressions, and simplified this hash
+    as one for about 15 s per layer."""
+    x = x & torch.iinfo(torch.int64).max
     for constant in (0x2545F491, 0x1B873593):
         x = x % PRIME
         x = (x * x + constant) % PRIME
