@@ -1,17 +1,19 @@
 """The documentation site: it builds with `--strict`, and its examples run. Every Python block of every page (and
 of README.md) runs here, the blocks of a page in order in one namespace, in a folder of their own (pages say where
-they shrink a model or a run to test sizes); every shell block of the tutorials and of the getting-started page runs
-in a shell, but for the commands this suite or CI runs anyway (`make test` is CI's command; `make demo` runs
-`aiayn demo`, whose stages `tests/test_demo.py` runs at test size; `pip install` is what the Makefile does; `aiayn
-presets` and `aiayn train --help` print what test_configuration.py and test_train_command.py read in-process)."""
+they shrink a model or a run to test sizes); every command of the shell blocks of the tutorials and of the
+getting-started page runs, in order, in a folder of their own, but for the commands this suite or CI runs anyway
+(`make test` is CI's command; `make demo` runs `aiayn demo`, whose stages `tests/test_demo.py` runs at test size; `pip
+install` is what the Makefile does; `aiayn presets` and `aiayn train --help` print what test_configuration.py and
+test_train_command.py read in-process). `aiayn` commands run in this process as the console script runs them
+(`aiayn.cli.main`), `python -c` code as Python runs it; the console script itself runs in a shell in
+test_train_command.py."""
 
 import doctest
 import importlib
 import json
 import os
 import re
-import subprocess
-import sys
+import shlex
 from pathlib import Path
 
 import pytest
@@ -54,20 +56,37 @@ def test_the_python_examples_of_each_page_run(page, tmp_path, monkeypatch):
         torch.set_num_threads(threads)
 
 
+def shell_commands(page: str) -> list[list[str]]:
+    """The commands of the page's shell blocks, each as its words (lines joined where they end in a backslash),
+    without comments and without the commands `COVERED_ELSEWHERE`."""
+    text = "\n".join(blocks(DOCS / page, "bash")).replace("\\\n", " ")
+    commands = (shlex.split(line, comments=True) for line in text.splitlines())
+    return [words for words in commands if words and not " ".join(words).startswith(COVERED_ELSEWHERE)]
+
+
+def run_command(words: list[str]) -> None:
+    """`words`, an `aiayn` command or `python -c CODE`, as the shell runs it, in this process."""
+    from aiayn import cli
+
+    threads = torch.get_num_threads()
+    try:
+        if words[0] == "aiayn":
+            cli.main(words[1:])
+        else:
+            assert words[:2] == ["python", "-c"], f"a command this test does not run: {shlex.join(words)}"
+            exec(compile(words[2], "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as stopped:
+        assert stopped.code in (0, None), f"{shlex.join(words)} exited with {stopped.code}"
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("page", pages_with("bash", SHELL_PAGES))
-def test_the_shell_commands_of_each_tutorial_run(page, tmp_path):
-    lines = [
-        line
-        for code in blocks(DOCS / page, "bash")
-        for line in code.splitlines()
-        if line.strip() and not line.lstrip().startswith(("#", *COVERED_ELSEWHERE))
-    ]
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-                   "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
-    script = "set -euo pipefail\n" + "\n".join(lines)
-    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=environment, capture_output=True, text=True,
-                            timeout=1200)  # fmt: skip
-    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
+def test_the_shell_commands_of_each_tutorial_run(page, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for words in shell_commands(page):
+        run_command(words)
     # Every `aiayn train` run of the page beats its baseline, or the page says, naming its folder, that it does not.
     said_not_to = {name for paragraph in (DOCS / page).read_text().split("\n\n") if "not beat" in paragraph
                    for name in re.findall(r"`([\w-]+)`", paragraph)}  # fmt: skip
