@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import transformers
-from conftest import word_tokenizer
+from conftest import run_script, word_tokenizer
 from safetensors.torch import load_file
 
 from aiayn.data import load_corpus
@@ -28,11 +28,11 @@ LAUNCHERS = {
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
-def test_two_processes_take_the_single_process_step(tmp_path, launcher):
-    """9 examples: one held out, 8 trained on in one step of a global batch of 8, as 1 x 8 or as 2 processes x 4
-    (torchrun or accelerate launch, gloo). The processes average their gradients, so loss and weights must agree.
-    Plain SGD keeps the step linear in the gradient (Adam's first step is about lr * sign(g), which float rounding can
-    flip for g ~ 0); logging at the step makes the Trainer report the loss gathered over the processes."""
+def test_two_processes_take_the_single_process_step(tmp_path, monkeypatch, launcher):
+    """9 examples: one held out, 8 trained on in one step of a global batch of 8, as 1 x 8 in this process or as 2
+    processes x 4 (torchrun or accelerate launch, gloo). The processes average their gradients, so loss and weights
+    must agree. Plain SGD keeps the step linear in the gradient (Adam's first step is about lr * sign(g), which float
+    rounding can flip for g ~ 0); logging at the step makes the Trainer report the loss gathered over the processes."""
     texts = ["w5 w6 w7", "w8 w9", "w10 w11 w12 w13 w14", "w15", "w16 w17 w18", "w19 w20 w21 w22", "w23 w24",
              "w25 w26 w27 w28 w29 w30", "w31 w32"]  # fmt: skip
     dataset = tmp_path / "rows.jsonl"
@@ -45,16 +45,15 @@ def test_two_processes_take_the_single_process_step(tmp_path, launcher):
         "--disable_tqdm", "true", "--save_strategy", "no", "--dataloader_pin_memory", "false", "--seed", "3",
         "--use_cpu",  # without an accelerator, the processes talk through gloo
     ]  # fmt: skip
-    script = os.path.join(ROOT, "scripts", "run_classification.py")
+    script = os.path.join("scripts", "run_classification.py")
     single, double = tmp_path / "single", tmp_path / "double"
-    runs = [
-        [sys.executable, script, "--output_dir", str(single), "--per_device_train_batch_size", "8", *arguments],
-        [*LAUNCHERS[launcher], script, "--output_dir", str(double), "--per_device_train_batch_size", "4", *arguments],
-    ]  # fmt: skip
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for command in runs:
-        result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-8000:]
+    monkeypatch.chdir(tmp_path)
+    run_script(script, ["--output_dir", str(single), "--per_device_train_batch_size", "8", *arguments], monkeypatch)
+    launch = [*LAUNCHERS[launcher], os.path.join(ROOT, script), "--output_dir", str(double),
+              "--per_device_train_batch_size", "4", *arguments]  # fmt: skip
+    result = subprocess.run(launch, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-8000:]
     with open(double / "trainer_state.json") as f:
         state = json.load(f)
     assert state["train_batch_size"] == 4 and state["epoch"] == 1.0  # each process read half of the 8 examples
