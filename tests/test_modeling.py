@@ -286,7 +286,7 @@ def test_linear_cross_entropy_in_chunks(chunk_rows, autocast, smoothing):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("skip_logits", [None, False])
-def test_label_smoothing_in_the_model_is_the_trainers(family, skip_logits):
+def test_label_smoothing_in_the_model_is_the_trainers(family, skip_logits, tmp_path):
     """`config.label_smoothing` gives, in training, the loss and gradients of the Trainer's `label_smoothing_factor`
     (transformers' `LabelSmoother` over the full logits, the causal LM's labels shifted), computed without the logits
     (`skip_logits` None) or over them (False), for the mean and for the Trainer's `num_items_in_batch`; in evaluation
@@ -299,7 +299,7 @@ def test_label_smoothing_in_the_model_is_the_trainers(family, skip_logits):
     with torch.no_grad():  # confident predictions, whose smoothed loss is far from the plain one
         smoothed.get_output_embeddings().weight.mul_(8)
     reference.load_state_dict(smoothed.state_dict())
-    args = transformers.TrainingArguments("unused", report_to="none", use_cpu=True, label_smoothing_factor=0.1)
+    args = transformers.TrainingArguments(str(tmp_path), report_to="none", use_cpu=True, label_smoothing_factor=0.1)
     trainer = transformers.Trainer(model=reference, args=args)
     losses = []
     for count in (None, torch.tensor(29)):

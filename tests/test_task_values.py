@@ -414,7 +414,7 @@ def generated(tokenizer, texts: list[str], start: bool) -> np.ndarray:
     return np.array([row + [-100] * (width - len(row)) for row in rows])
 
 
-def test_summarization_decodes_around_minus_100_and_scores_rouge_by_hand(seq2seq_tokenizer):
+def test_summarization_decodes_around_minus_100_and_scores_rouge_by_hand(seq2seq_tokenizer, tmp_path):
     """-100 read as padding in predictions and labels; ROUGE-1 of "the cat sat on the mat" / "the cat lay on the
     mat" is 5/6, ROUGE-2 3/5, ROUGE-L 5/6; of "a dog barked" / "the dog barked loudly" (stemmed) 4/7, 2/5, 4/7;
     `gen_len` the mean count of generated tokens (with </s>, without the start token)."""
@@ -424,7 +424,7 @@ def test_summarization_decodes_around_minus_100_and_scores_rouge_by_hand(seq2seq
     evaluation = transformers.EvalPrediction(predictions=(predictions,), label_ids=labels)
     assert generated_and_references(seq2seq_tokenizer, evaluation) == ([p for p, _ in SUMMARIES],
                                                                        [r for _, r in SUMMARIES])  # fmt: skip
-    args = transformers.Seq2SeqTrainingArguments("unused", predict_with_generate=True, report_to="none")
+    args = transformers.Seq2SeqTrainingArguments(str(tmp_path), predict_with_generate=True, report_to="none")
     metrics = summarization.summarization_metrics(seq2seq_tokenizer, args, None, None, None, None, "validation")
     compute = metrics["compute_metrics"]
     scores = compute(transformers.EvalPrediction(predictions=predictions, label_ids=labels))

@@ -13,8 +13,8 @@ import aiayn
 from aiayn.training import DataArguments, ModelArguments, PaperRecipe
 
 
-def trainer_for(model, **arguments) -> transformers.Trainer:
-    args = transformers.TrainingArguments(output_dir="unused", report_to="none", use_cpu=True, **arguments)
+def trainer_for(model, output_dir, **arguments) -> transformers.Trainer:
+    args = transformers.TrainingArguments(output_dir=str(output_dir), report_to="none", use_cpu=True, **arguments)
     return transformers.Trainer(model=model, args=args)
 
 
@@ -23,11 +23,11 @@ def equation_3(step: int, d_model: int = 512, warmup: int = 4000) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def test_paper_recipe_uses_transformers_inverse_sqrt_schedule_which_is_equation_3():
+def test_paper_recipe_uses_transformers_inverse_sqrt_schedule_which_is_equation_3(tmp_path):
     """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) after `step` optimizer steps, for d_model 512 and
     4000 warmup steps, through transformers' own `inverse_sqrt` scheduler."""
     model = aiayn.AiaynSeq2SeqForConditionalGeneration(tiny_config("seq2seq", d_model=512, num_heads=8, dropout=0.1))
-    trainer = trainer_for(model)
+    trainer = trainer_for(model, tmp_path)
     PaperRecipe().apply(trainer.args, model)
     trainer.create_optimizer_and_scheduler(num_training_steps=100_000)
     optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
@@ -65,7 +65,7 @@ def test_paper_recipe_keeps_the_presets_dropout(tmp_path):
     assert trainer.model.config.label_smoothing == 0.1 and trainer.label_smoother is None
 
 
-def test_the_paper_recipe_smooths_in_the_loss_of_aiayn_language_models_and_in_the_trainer_otherwise():
+def test_the_paper_recipe_smooths_in_the_loss_of_aiayn_language_models_and_in_the_trainer_otherwise(tmp_path):
     """`PaperRecipe.apply` puts the label smoothing where the loss is computed: an aiayn language model's config, or
     the Trainer's `label_smoothing_factor` for another head (an aiayn classifier, transformers' own models)."""
     for model, in_model in (
@@ -75,7 +75,7 @@ def test_the_paper_recipe_smooths_in_the_loss_of_aiayn_language_models_and_in_th
         (transformers.BertForMaskedLM(transformers.BertConfig(hidden_size=32, num_hidden_layers=1,
                                                               num_attention_heads=2, intermediate_size=64)), False),
     ):  # fmt: skip
-        args = transformers.TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
+        args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
         PaperRecipe(warmup_steps=10, peak_learning_rate=1e-3).apply(args, model)
         assert args.label_smoothing_factor == (0.0 if in_model else 0.1)
         assert getattr(model.config, "label_smoothing", 0.0) == (0.1 if in_model else 0.0)
@@ -100,11 +100,11 @@ def padded_lm_batch(lengths: list[int]) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
-def test_trainer_label_smoothing_shifts_the_labels_of_aiayn_causal_lms():
+def test_trainer_label_smoothing_shifts_the_labels_of_aiayn_causal_lms(tmp_path):
     """transformers' Trainer shifts the labels for label smoothing only for causal LMs it knows by name; importing
     aiayn adds AiaynDecoderForCausalLM, so plain TrainingArguments(label_smoothing_factor=0.1) is right."""
     model = lm_model("decoder")
-    trainer = trainer_for(model, label_smoothing_factor=0.1)
+    trainer = trainer_for(model, tmp_path, label_smoothing_factor=0.1)
     batch = padded_lm_batch([7, 5, 3])
     loss = trainer.compute_loss(model, dict(batch))
     with torch.no_grad():
@@ -169,10 +169,10 @@ def test_translation_script_with_the_paper_recipe_from_the_command_line(tmp_path
     assert model.generation_config.num_beams == 4 and model.generation_config.max_len_b == 50
 
 
-def test_causal_lm_and_seq2seq_trainers_smooth_labels_without_nan():
+def test_causal_lm_and_seq2seq_trainers_smooth_labels_without_nan(tmp_path):
     """Seq2SeqTrainer smooths unshifted labels; DataCollatorForSeq2Seq supplies the decoder inputs it then needs."""
     model = lm_model("seq2seq")
-    trainer = trainer_for(model, label_smoothing_factor=0.1)
+    trainer = trainer_for(model, tmp_path, label_smoothing_factor=0.1)
     collator = transformers.DataCollatorForSeq2Seq(word_tokenizer(), model=model)
     batch = collator([{"input_ids": [5, 6, 7, 2], "labels": [8, 9, 2]}, {"input_ids": [5, 2], "labels": [4, 2]}])
     loss = trainer.compute_loss(model, dict(batch))
