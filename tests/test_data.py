@@ -1,5 +1,6 @@
 """Corpora, tokenizers, metrics and the span-corruption collator."""
 
+import hashlib
 import json
 import math
 import os
@@ -133,38 +134,29 @@ def test_tokenizers_agree_with_the_config_and_round_trip(family, tmp_path):
         assert tokenizer.padding_side == "left"
 
 
-TRAIN_IN_A_NEW_PROCESS = """
-import hashlib, json
-from aiayn import data
-from aiayn.tokenization import train_tokenizer
-texts = data.shakespeare()["train"]["text"][:500]
-digests = {}
-for family in ("encoder", "decoder", "seq2seq"):
-    tokenizer = train_tokenizer(family, texts, vocab_size=800)
-    digests[family] = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
-print(json.dumps(digests))
-"""
+def trained_tokenizer_digests() -> dict[str, str]:
+    """The SHA-256 of each family's tokenizer trained on 500 speeches, by family."""
+    texts = data.shakespeare()["train"]["text"][:500]
+    digests = {}
+    for family in ("encoder", "decoder", "seq2seq"):
+        tokenizer = train_tokenizer(family, texts, vocab_size=800)
+        digests[family] = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+    return digests
 
 
 def test_tokenizers_are_the_same_in_every_process():
-    """Vocabulary, ids, merges and scores: two processes, with different hash seeds (Python's set by
-    PYTHONHASHSEED, the Rust hash maps of `tokenizers` seeded anew in each process), train the same tokenizer of each
+    """Vocabulary, ids, merges and scores: this process and another with another hash seed (Python's set by
+    PYTHONHASHSEED, the Rust hash maps of `tokenizers` seeded anew in each process) train the same tokenizer of each
     family on 500 speeches. (Where `tokenizers` trains in hash-map order, as its WordPiece and Unigram trainers do,
     the two already differ on 300.)"""
-    trained = [
-        subprocess.run(
-            [sys.executable, "-c", TRAIN_IN_A_NEW_PROCESS],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        for seed in ("1", "2")
-    ]
-    first, second = (json.loads(run.stdout.splitlines()[-1]) for run in trained)
-    assert set(first) == {"encoder", "decoder", "seq2seq"} and all(len(digest) == 64 for digest in first.values())
-    for family, digest in first.items():
-        assert second[family] == digest, family
+    other_seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    code = "import json, test_data; print(json.dumps(test_data.trained_tokenizer_digests()))"
+    other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": other_seed},
+                           cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True)  # fmt: skip
+    here, there = trained_tokenizer_digests(), json.loads(other.stdout.splitlines()[-1])
+    assert set(here) == {"encoder", "decoder", "seq2seq"} and all(len(digest) == 64 for digest in here.values())
+    for family, digest in here.items():
+        assert there[family] == digest, family
 
 
 def test_metrics_equal_sacrebleu_and_are_evaluate_modules():
