@@ -14,8 +14,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(if $(LOCAL_CPU_TORCH),$(BIN)/python -m pip install --quiet torch==2.13.0)
 
-$(VENV)/.installed-%: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[$*]"
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv
+
+# uv installs the package with the extras the target names (in half pip's time: docs/results/suite.md), compiling the
+# bytecode as pip does; the on-disk torch, where pip installed it, stays.
+$(VENV)/.installed-%: pyproject.toml | $(BIN)/uv
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e ".[$*]" \
+		$(if $(LOCAL_CPU_TORCH),torch==2.13.0)
 	touch $@
 
 demo: $(VENV)/.installed-demo,plot,train
