@@ -2,8 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Where pip finds an on-disk CPU build of torch 2.13.0 (these development machines), install that one rather than
-# letting pip pull a multi-GB CUDA build; elsewhere pip resolves torch as usual.
+# Where an on-disk CPU build of torch 2.13.0 lies (these development machines), install that wheel rather than let the
+# installer pull a multi-GB CUDA build; elsewhere torch resolves as usual.
 LOCAL_CPU_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
 .PHONY: demo test lint docs chromium clean
@@ -12,16 +12,14 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(if $(LOCAL_CPU_TORCH),$(BIN)/python -m pip install --quiet torch==2.13.0)
 
 $(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv
 
-# uv installs the package with the extras the target names (in half pip's time: docs/results/suite.md), compiling the
-# bytecode as pip does; the on-disk torch, where pip installed it, stays.
+# uv installs the package with the extras the target names (in less than half pip's time: docs/results/suite.md),
+# compiling the bytecode as pip does.
 $(VENV)/.installed-%: pyproject.toml | $(BIN)/uv
-	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e ".[$*]" \
-		$(if $(LOCAL_CPU_TORCH),torch==2.13.0)
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e ".[$*]" $(LOCAL_CPU_TORCH)
 	touch $@
 
 demo: $(VENV)/.installed-demo,plot,train
