@@ -20,6 +20,8 @@ import pytest
 import torch
 import yaml
 
+from aiayn import cli
+
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -66,8 +68,6 @@ def shell_commands(page: str) -> list[list[str]]:
 
 def run_command(words: list[str]) -> None:
     """`words`, an `aiayn` command or `python -c CODE`, as the shell runs it, in this process."""
-    from aiayn import cli
-
     threads = torch.get_num_threads()
     try:
         if words[0] == "aiayn":
@@ -85,8 +85,11 @@ def run_command(words: list[str]) -> None:
 def test_the_shell_commands_of_each_tutorial_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    for words in shell_commands(page):
+    commands = shell_commands(page)
+    for words in commands:
         run_command(words)
+    trained = [words[words.index("--output_dir") + 1] for words in commands if words[:2] == ["aiayn", "train"]]
+    assert trained and all((tmp_path / name / "all_results.json").is_file() for name in trained), trained
     # Every `aiayn train` run of the page beats its baseline, or the page says, naming its folder, that it does not.
     said_not_to = {name for paragraph in (DOCS / page).read_text().split("\n\n") if "not beat" in paragraph
                    for name in re.findall(r"`([\w-]+)`", paragraph)}  # fmt: skip
