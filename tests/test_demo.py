@@ -3,8 +3,7 @@
 import json
 import math
 import os
-import subprocess
-import sys
+from dataclasses import replace
 
 import torch
 import transformers
@@ -14,36 +13,28 @@ from aiayn.configuration_aiayn import preset_config
 from aiayn.experiments import demo, plots
 from aiayn.training import parse_overrides
 
+
 # The demo's stages at test size: `demo.QUICK`'s runs and models, on a few hundred examples for a few steps (the
 # translation run for 32, so that its last checkpoints, 1/32 of the run apart, are averaged). Whether the runs learn is
 # `make demo`'s question (docs/results/demo.md has its figures); this test asks whether every stage is wired.
-TEST_SIZE = """
-import sys
-from dataclasses import replace
-
-from aiayn.experiments import demo
-
-
-def test_size(run):
+def at_test_size(run: demo.Run) -> demo.Run:
     if run.task == "translation":
         return replace(run, steps=32, warmup_steps=4, train_samples=400, eval_samples=8)
     if run.dataset == "digits":
         return replace(run, steps=4, warmup_steps=1, batch_size=16)
     return replace(run, steps=4, warmup_steps=1, batch_size=8, train_samples=300, eval_samples=16,
-                   vocab_size=min(run.vocab_size, 300))
+                   vocab_size=min(run.vocab_size, 300))  # fmt: skip
 
 
-demo.main(sys.argv[1], threads=int(sys.argv[2]), runs=tuple(test_size(run) for run in demo.QUICK))
-"""
-
-
-def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_path):
-    threads = torch.get_num_threads()  # this worker's share of the cores (one under pytest-xdist)
-    result = subprocess.run([sys.executable, "-c", TEST_SIZE, str(tmp_path), str(threads)], capture_output=True,
-                            text=True, timeout=600)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert "=== summary" in result.stdout and "ROMEO" in result.stdout and "[MASK]" in result.stdout
-    assert "The same genres through trust_remote_code=True in a process without aiayn." in result.stdout
+def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_path, capsys):
+    verbosity = transformers.logging.get_verbosity()
+    try:  # on this worker's share of the cores (one thread under pytest-xdist)
+        demo.main(str(tmp_path), threads=torch.get_num_threads(), runs=tuple(map(at_test_size, demo.QUICK)))
+    finally:
+        transformers.logging.set_verbosity(verbosity)  # the demo quiets transformers' warnings
+    stdout = capsys.readouterr().out
+    assert "=== summary" in stdout and "ROMEO" in stdout and "[MASK]" in stdout
+    assert "The same genres through trust_remote_code=True in a process without aiayn." in stdout
     with open(tmp_path / "summary.json") as f:
         summary = json.load(f)
     assert list(summary) == ["gpt-shakespeare", "bert-shakespeare", "genre-finetuned", "genre-from-scratch",
@@ -59,7 +50,7 @@ def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_p
         assert shown == set(metrics["baselines"]) - {"linear_accuracy"}, name
         assert all(math.isfinite(metrics[key]) for key in shown), name
     assert "eval_perplexity" not in summary["genre-finetuned"]
-    table = result.stdout.split("=== summary")[1]
+    table = stdout.split("=== summary")[1]
     assert all(name in table for name in summary) and "baseline" in table
     # The control starts from the fine-tuned run's architecture and tokenizer, not from its weights.
     finetuned, scratch = (tmp_path / name for name in ("genre-finetuned", "genre-from-scratch"))
@@ -81,7 +72,7 @@ def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_p
         assert model.config.vocab_size == len(transformers.AutoTokenizer.from_pretrained(folder))
     # The digit classifier answers through the image-classification pipeline; the few-label runs share an
     # architecture, the pretrained one starting from the masked-image model.
-    assert "the pipeline says" in result.stdout
+    assert "the pipeline says" in stdout
     assert summary["vit-100-labels-pretrained"]["parameters"] == summary["vit-100-labels-from-scratch"]["parameters"]
     assert {"model.safetensors", "preprocessor_config.json", "README.md"} <= set(os.listdir(tmp_path / "vit-digits"))
     assert transformers.AutoImageProcessor.from_pretrained(tmp_path / "vit-digits").size == {"height": 16, "width": 16}
@@ -90,7 +81,7 @@ def test_the_demo_pretrains_fine_tunes_evaluates_deploys_saves_and_reloads(tmp_p
     assert (translation / "positional_encoding.png").exists()
     # The translation folder exported to CTranslate2 in float32 and int8 answers through ctranslate2.Translator.
     deployed = summary["transformer-en-de"]["ctranslate2"]
-    assert "CTranslate2 (float32), God spoke all these words, saying," in result.stdout
+    assert "CTranslate2 (float32), God spoke all these words, saying," in stdout
     assert deployed["held_out"] == 3 and deployed["sentences"] > 0
     assert 0 <= deployed["int8_identical_sentences"] <= 1 and 0 < deployed["int8_equal_tokens"] <= 1
     assert math.isfinite(deployed["float32_bleu"]) and math.isfinite(deployed["int8_bleu"])
