@@ -69,67 +69,77 @@ def test_tied_embeddings_are_stored_once_and_tied_again(family, tmp_folder):
 
 LOADER = textwrap.dedent(
     """
-    import json, sys
-    sys.modules["aiayn"] = None  # aiayn cannot be imported: only the folder's own code can build the models
+    import json, os, sys
+    sys.modules["aiayn"] = None  # aiayn cannot be imported: only the folders' own code can build the models
     import torch, transformers
 
-    folder, family = sys.argv[1], sys.argv[2]
-    expected = torch.load(folder + "/expected.pt")
-    auto_map = json.load(open(folder + "/config.json"))["auto_map"]
-    for auto_name in auto_map:
-        if auto_name == "AutoConfig":
-            continue
-        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
-        assert type(model).__name__ == auto_map[auto_name].split(".")[1]
-        if auto_name == expected["auto_name"]:
-            with torch.no_grad():
-                outputs = model(**expected["inputs"])
-            for name, tensor in expected["outputs"].items():
-                assert torch.equal(outputs[name], tensor), name
-            if "smoothed_training_loss" in expected:
-                assert torch.equal(model.train()(**expected["inputs"]).loss, expected["smoothed_training_loss"])
-            print("exact", auto_name)
-        print("loaded", auto_name)
+    for folder in sys.argv[1:]:
+        family = os.path.basename(folder)
+        expected = torch.load(folder + "/expected.pt")
+        auto_map = json.load(open(folder + "/config.json"))["auto_map"]
+        for auto_name in auto_map:
+            if auto_name == "AutoConfig":
+                continue
+            model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+            assert type(model).__name__ == auto_map[auto_name].split(".")[1]
+            if auto_name == expected["auto_name"]:
+                with torch.no_grad():
+                    outputs = model(**expected["inputs"])
+                for name, tensor in expected["outputs"].items():
+                    assert torch.equal(outputs[name], tensor), (family, name)
+                if "smoothed_training_loss" in expected:
+                    assert torch.equal(model.train()(**expected["inputs"]).loss, expected["smoothed_training_loss"])
+                print(family, "exact", auto_name)
+            print(family, "loaded", auto_name)
     """
 )
+SAVED_HEADS = {
+    "encoder": "AutoModelForMaskedLM",
+    "decoder": "AutoModelForCausalLM",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+}
 
 
-@pytest.mark.parametrize(
-    ("family", "auto_name"),
-    [("encoder", "AutoModelForMaskedLM"), ("decoder", "AutoModelForCausalLM"), ("seq2seq", "AutoModelForSeq2SeqLM")],
-)
-def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, auto_name, tmp_path):
-    """Every head of the folder loads without aiayn; the saved one gives the same outputs and loss in evaluation, and
-    in training the same loss label-smoothed by its config."""
-    folder, workdir = tmp_path / "model", tmp_path / "elsewhere"
+@pytest.fixture(scope="module")
+def loaded_without_aiayn(tmp_path_factory) -> list[str]:
+    """A folder of each family, of the head `SAVED_HEADS` names, with its outputs in evaluation and its label-smoothed
+    training loss (`expected.pt`), loaded by `LOADER` in one process where aiayn cannot be imported: its lines."""
+    tmp_path = tmp_path_factory.mktemp("hub_loading")
+    workdir = tmp_path / "elsewhere"
     workdir.mkdir()
-    torch.manual_seed(0)
-    config = tiny_config(family, position_embedding_type="sinusoidal", label_smoothing=0.1)
-    model = getattr(transformers, auto_name).from_config(config)
-    model.save_pretrained(folder)
-    ids, mask = padded_batch()
-    inputs = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
-    if family == "seq2seq":
-        inputs["decoder_input_ids"] = ids
-    with torch.no_grad():
-        smoothed = model.train()(**inputs).loss
-    expected = {"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}
-    assert not torch.equal(smoothed, expected["outputs"]["loss"])  # without smoothing the folder would fail below
-    torch.save({**expected, "smoothed_training_loss": smoothed}, folder / "expected.pt")
-
-    environment = hub_loading_environment(tmp_path)
+    for family, auto_name in SAVED_HEADS.items():
+        torch.manual_seed(0)
+        config = tiny_config(family, position_embedding_type="sinusoidal", label_smoothing=0.1)
+        model = getattr(transformers, auto_name).from_config(config)
+        model.save_pretrained(tmp_path / family)
+        ids, mask = padded_batch()
+        inputs = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+        if family == "seq2seq":
+            inputs["decoder_input_ids"] = ids
+        with torch.no_grad():
+            smoothed = model.train()(**inputs).loss
+        expected = {"auto_name": auto_name, "inputs": inputs, "outputs": _outputs(model, inputs)}
+        assert not torch.equal(smoothed, expected["outputs"]["loss"])  # without smoothing the folder would fail below
+        torch.save({**expected, "smoothed_training_loss": smoothed}, tmp_path / family / "expected.pt")
     result = subprocess.run(
-        [sys.executable, "-c", LOADER, str(folder), family],
+        [sys.executable, "-c", LOADER, *(str(tmp_path / family) for family in SAVED_HEADS)],
         cwd=workdir,
-        env=environment,
+        env=hub_loading_environment(tmp_path),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"exact {auto_name}" in result.stdout
-    loaded = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("loaded")}
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("family", SAVED_HEADS)
+def test_trust_remote_code_loads_every_head_without_aiayn_exactly(family, loaded_without_aiayn):
+    """Every head of the folder loads without aiayn; the saved one gives the same outputs and loss in evaluation, and
+    in training the same loss label-smoothed by its config."""
+    assert f"{family} exact {SAVED_HEADS[family]}" in loaded_without_aiayn
+    loaded = {line.split()[2] for line in loaded_without_aiayn if line.startswith(f"{family} loaded ")}
     assert loaded == set(HEAD_CLASSES[family])
 
 
