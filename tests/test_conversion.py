@@ -306,11 +306,11 @@ def test_convert_checkpoint_writes_a_folder_that_loads_with_and_without_aiayn(tm
     )
     environment = hub_loading_environment(tmp_path)
     result = subprocess.run(
-        [sys.executable, "-c", LOADER, str(destination), "seq2seq"], cwd=workdir, env=environment, capture_output=True,
+        [sys.executable, "-c", LOADER, str(destination)], cwd=workdir, env=environment, capture_output=True,
         text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "exact AutoModelForSeq2SeqLM" in result.stdout
+    assert "aiayn-t5 exact AutoModelForSeq2SeqLM" in result.stdout.splitlines()
 
 
 def test_convert_checkpoint_refuses_what_it_cannot_convert(tmp_path, capsys):

@@ -74,7 +74,7 @@ LOADER = textwrap.dedent(
     import torch, transformers
 
     for folder in sys.argv[1:]:
-        family = os.path.basename(folder)
+        name = os.path.basename(folder)
         expected = torch.load(folder + "/expected.pt")
         auto_map = json.load(open(folder + "/config.json"))["auto_map"]
         for auto_name in auto_map:
@@ -86,14 +86,14 @@ LOADER = textwrap.dedent(
             if auto_name == expected["auto_name"]:
                 with torch.no_grad():
                     outputs = model(**expected["inputs"])
-                for name, tensor in expected["outputs"].items():
-                    assert torch.equal(outputs[name], tensor), (family, name)
+                for output, tensor in expected["outputs"].items():
+                    assert torch.equal(outputs[output], tensor), (name, output)
                 if "smoothed_training_loss" in expected:
                     assert torch.equal(model.train()(**expected["inputs"]).loss, expected["smoothed_training_loss"])
-                print(family, "exact", auto_name)
-            print(family, "loaded", auto_name)
+                print(name, "exact", auto_name)
+            print(name, "loaded", auto_name)
     """
-)
+)  # each folder given: every head it maps loads; the head `expected.pt` names gives its outputs ("NAME exact HEAD")
 SAVED_HEADS = {
     "encoder": "AutoModelForMaskedLM",
     "decoder": "AutoModelForCausalLM",
