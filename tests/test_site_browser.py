@@ -103,7 +103,9 @@ def test_searching_a_config_fields_name_finds_the_field_first(served, page, quer
     """Material lists the results by page, each page's best sections under it: the first section found is the
     field's entry."""
     page.goto(f"{served}/")
-    page.fill("input.md-search__input", query)
+    # Typed key by key, as a user types: Material reads the box on each keyup and when its search worker is ready;
+    # `fill` sends no keyup, so a query filled in after the worker was ready would never be searched.
+    page.locator("input.md-search__input").press_sequentially(query)
     results = page.locator(".md-search-result__item a")
     results.first.wait_for(timeout=20_000)
     sections = [urlsplit(link) for link in results.evaluate_all("(links) => links.map((link) => link.href)")]
