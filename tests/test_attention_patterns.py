@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import hub_loading_environment, lm_model, one_layer, random_ids, tiny_config
+from helpers import hub_loading_environment, lm_model, one_layer, random_ids, tiny_config
 from huggingface_hub.errors import StrictDataclassError
 
 import aiayn

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import (
+from helpers import (
     VOCAB,
     hub_loading_environment,
     lm_inputs,

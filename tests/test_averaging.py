@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import lm_model, padded_batch, run_script, tiny_config
+from helpers import lm_model, padded_batch, run_script, tiny_config
 from safetensors.torch import load_file
 
 import aiayn

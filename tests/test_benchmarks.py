@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import FAMILIES, lm_inputs, lm_model, random_ids, run_script
+from helpers import FAMILIES, lm_inputs, lm_model, random_ids, run_script
 from torch.utils.flop_counter import FlopCounterMode
 
 COMPARE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "compare.py")

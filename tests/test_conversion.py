@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import transformers
-from conftest import hub_loading_environment, run_script, word_tokenizer
+from helpers import hub_loading_environment, run_script, word_tokenizer
 from test_hub import LOADER
 
 import aiayn

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, tiny_config, word_tokenizer
+from helpers import VOCAB, tiny_config, word_tokenizer
 from test_conversion import bart_config, gpt2_config, t5_config, t5_v1_1
 
 import aiayn

@@ -11,7 +11,7 @@ import pytest
 import sacrebleu
 import torch
 import transformers
-from conftest import word_tokenizer
+from helpers import word_tokenizer
 
 import aiayn
 from aiayn import data

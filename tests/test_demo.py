@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import torch
 import transformers
-from conftest import lm_model, word_tokenizer
+from helpers import lm_model, word_tokenizer
 
 from aiayn.configuration_aiayn import preset_config
 from aiayn.experiments import demo, plots

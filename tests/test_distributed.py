@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 import transformers
-from conftest import run_script, word_tokenizer
+from helpers import run_script, word_tokenizer
 from safetensors.torch import load_file
 
 from aiayn.data import load_corpus

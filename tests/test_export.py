@@ -5,7 +5,7 @@ import onnx
 import onnxruntime
 import pytest
 import torch
-from conftest import FAMILIES, POSITION_TYPES, lm_inputs, lm_model, one_layer, padded_batch, prompt_batch, random_ids
+from helpers import FAMILIES, POSITION_TYPES, lm_inputs, lm_model, one_layer, padded_batch, prompt_batch, random_ids
 from torch.export import Dim
 from torch.utils._pytree import tree_leaves
 from transformers import CompileConfig

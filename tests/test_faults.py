@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, lm_inputs, lm_model, padded_batch, random_ids, tiny_config
+from helpers import FAMILIES, LM_AUTO_CLASS, VOCAB, lm_inputs, lm_model, padded_batch, random_ids, tiny_config
 from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import load_file
 

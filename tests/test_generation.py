@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import POSITION_TYPES, VOCAB, lm_model, prompt_batch, random_ids, word_tokenizer
+from helpers import POSITION_TYPES, VOCAB, lm_model, prompt_batch, random_ids, word_tokenizer
 from huggingface_hub.errors import StrictDataclassError
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 

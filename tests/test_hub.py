@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, VOCAB, hub_loading_environment, padded_batch, tiny_config
+from helpers import FAMILIES, LM_AUTO_CLASS, VOCAB, hub_loading_environment, padded_batch, tiny_config
 from safetensors import safe_open
 from test_modeling import HEAD_CLASSES, HEADS, head_inputs
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import lm_inputs, lm_model, prompt_batch
+from helpers import lm_inputs, lm_model, prompt_batch
 
 import aiayn
 from aiayn import layout_aiayn

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, hub_loading_environment, lm_model, tiny_config, word_tokenizer
+from helpers import FAMILIES, LM_AUTO_CLASS, hub_loading_environment, lm_model, tiny_config, word_tokenizer
 from safetensors.torch import load_file, save_file
 
 import aiayn

@@ -13,7 +13,7 @@ import onnxruntime
 import pytest
 import torch
 import transformers
-from conftest import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, one_layer, random_ids, tiny_config
+from helpers import POSITION_TYPES, VOCAB, hub_loading_environment, lm_model, one_layer, random_ids, tiny_config
 from torch.export import Dim
 from torch.nn.attention.flex_attention import BlockMask
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import (
+from helpers import (
     FAMILIES,
     LM_AUTO_CLASS,
     POSITION_TYPES,

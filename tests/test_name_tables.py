@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, hub_loading_environment, tiny_config, word_tokenizer
+from helpers import VOCAB, hub_loading_environment, tiny_config, word_tokenizer
 
 import aiayn
 from aiayn.families import FAMILIES as FAMILIES_TABLE

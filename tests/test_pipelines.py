@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import hub_loading_environment
+from helpers import hub_loading_environment
 from huggingface_hub import ModelCard
 from huggingface_hub.repocard_data import model_index_to_eval_results
 

@@ -3,7 +3,7 @@ its outputs are finite, eager and sdpa attention agree at every position, and pa
 
 import pytest
 import torch
-from conftest import FAMILIES, LM_AUTO_CLASS, TINY_PRESET
+from helpers import FAMILIES, LM_AUTO_CLASS, TINY_PRESET
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

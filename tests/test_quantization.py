@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, lm_inputs, lm_model, prompt_batch, random_ids
+from helpers import FAMILIES, LM_AUTO_CLASS, lm_inputs, lm_model, prompt_batch, random_ids
 from torch import nn
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8Tensor, Int8WeightOnlyConfig, quantize_
 

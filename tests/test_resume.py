@@ -6,7 +6,7 @@ import datasets
 import pytest
 import torch
 import transformers
-from conftest import LM_AUTO_CLASS, random_ids, tiny_config, word_tokenizer
+from helpers import LM_AUTO_CLASS, random_ids, tiny_config, word_tokenizer
 
 from aiayn.collators import DataCollatorSeededByBatch
 

@@ -10,7 +10,7 @@ import peft
 import pytest
 import torch
 import transformers
-from conftest import FAMILIES, LM_AUTO_CLASS, lm_model, tiny_config
+from helpers import FAMILIES, LM_AUTO_CLASS, lm_model, tiny_config
 from transformers.distributed.parallel_utils import _get_parameter_plan
 
 import aiayn

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import transformers
-from conftest import FAMILIES, lm_model, word_tokenizer
+from helpers import FAMILIES, lm_model, word_tokenizer
 from transformers.dynamic_module_utils import get_relative_import_files
 
 import aiayn

@@ -15,7 +15,7 @@ import openai
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, lm_model, word_tokenizer
+from helpers import VOCAB, lm_model, word_tokenizer
 
 PROMPT_LENGTHS = (3, 8, 12, 17)
 # A paged cache sized for these prompts on a CPU, as the serving page sizes it: by default transformers sizes it from

@@ -11,7 +11,7 @@ import datasets
 import numpy as np
 import pytest
 import transformers
-from conftest import lm_model, tiny_config
+from helpers import lm_model, tiny_config
 from huggingface_hub.errors import StrictDataclassError
 
 import aiayn

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import hub_loading_environment
+from helpers import hub_loading_environment
 from task_files import TOPICS, write_classification_csv, write_entities, write_squad, write_swag
 
 from aiayn import cli

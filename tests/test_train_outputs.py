@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import transformers
-from conftest import hub_loading_environment
+from helpers import hub_loading_environment
 from task_files import write_classification_csv, write_entities, write_squad, write_summaries, write_swag
 
 from aiayn import cli

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, lm_model, random_ids, run_script, tiny_config, word_tokenizer
+from helpers import VOCAB, lm_model, random_ids, run_script, tiny_config, word_tokenizer
 from torch.nn import functional as F
 
 import aiayn

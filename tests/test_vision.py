@@ -12,7 +12,7 @@ import onnxruntime
 import pytest
 import torch
 import transformers
-from conftest import hub_loading_environment
+from helpers import hub_loading_environment
 from huggingface_hub.errors import StrictDataclassError
 from PIL import Image
 from torch.utils._pytree import tree_leaves

@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 import transformers
-from conftest import VOCAB, hub_loading_environment, random_ids
+from helpers import VOCAB, hub_loading_environment, random_ids
 
 import aiayn
 from aiayn.conversion import convert_from_hf
