@@ -111,21 +111,24 @@ def test_a_complete_checkpoint_loads_without_a_warning(family, tmp_path):
 
 TOKENIZER_LOADER = textwrap.dedent(
     """
-    import sys
+    import os, sys
     sys.modules["aiayn"] = None  # aiayn cannot be imported
     import transformers
 
-    folder, trust_remote_code = sys.argv[1], {"false": False, "unset": None}[sys.argv[2]]
+    trust_remote_code, folders = {"false": False, "unset": None}[sys.argv[1]], sys.argv[2:]
     kwargs = {} if trust_remote_code is None else {"trust_remote_code": trust_remote_code}
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **kwargs)
-    print("ids", tokenizer("w3 w4 w96")["input_ids"], type(tokenizer).__name__)
+    for folder in folders:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **kwargs)
+        print(os.path.basename(folder), "ids", tokenizer("w3 w4 w96")["input_ids"], type(tokenizer).__name__)
     """
 )
 
 
-def load_tokenizer_without_aiayn(folder, trust_remote_code: str, tmp_path) -> subprocess.CompletedProcess:
+def load_tokenizers_without_aiayn(folders: list, trust_remote_code: str, tmp_path) -> subprocess.CompletedProcess:
+    """The tokenizers of `folders` loaded one after the other in one process where aiayn cannot be imported, with
+    stdin closed: a line "FOLDER ids IDS CLASS" each."""
     return subprocess.run(
-        [sys.executable, "-c", TOKENIZER_LOADER, str(folder), trust_remote_code],
+        [sys.executable, "-c", TOKENIZER_LOADER, trust_remote_code, *map(str, folders)],
         env=hub_loading_environment(tmp_path),
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -134,15 +137,25 @@ def load_tokenizer_without_aiayn(folder, trust_remote_code: str, tmp_path) -> su
     )
 
 
+@pytest.fixture(scope="module")
+def tokenizers_loaded_with_transformers_alone(tmp_path_factory) -> subprocess.CompletedProcess:
+    """Each family's saved folder, its model and a word tokenizer, and one process that loads their tokenizers with
+    `trust_remote_code=False`."""
+    root = tmp_path_factory.mktemp("tokenizers")
+    for family in FAMILIES:
+        lm_model(family).save_pretrained(root / family)
+        word_tokenizer().save_pretrained(root / family)
+    return load_tokenizers_without_aiayn([root / family for family in FAMILIES], "false", root)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_tokenizer_of_a_saved_folder_loads_with_transformers_alone_without_a_prompt(family, tmp_path):
+def test_the_tokenizer_of_a_saved_folder_loads_with_transformers_alone_without_a_prompt(
+    family, tokenizers_loaded_with_transformers_alone
+):
     """The tokenizer needs no code: `trust_remote_code=False` reads it from the folder, aiayn absent, stdin closed."""
-    lm_model(family).save_pretrained(tmp_path)
-    tokenizer = word_tokenizer()
-    tokenizer.save_pretrained(tmp_path)
-    result = load_tokenizer_without_aiayn(tmp_path, "false", tmp_path)
+    result = tokenizers_loaded_with_transformers_alone
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"ids {tokenizer('w3 w4 w96')['input_ids']} TokenizersBackend" in result.stdout
+    assert f"{family} ids {word_tokenizer()('w3 w4 w96')['input_ids']} TokenizersBackend" in result.stdout.splitlines()
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
 
 
@@ -157,7 +170,7 @@ def test_the_tokenizer_of_a_saved_folder_loads_with_transformers_alone_without_a
 def test_the_tokenizer_loads_without_a_prompt_even_without_trust_remote_code(tmp_path):
     lm_model("decoder").save_pretrained(tmp_path)
     word_tokenizer().save_pretrained(tmp_path)
-    result = load_tokenizer_without_aiayn(tmp_path, "unset", tmp_path)
+    result = load_tokenizers_without_aiayn([tmp_path], "unset", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Do you wish to run the custom code" not in result.stdout + result.stderr
 
