@@ -3,8 +3,12 @@ is imported where a test process needs it and nowhere here at import: the worker
 controller's imports. What tests share besides fixtures is in helpers.py."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 
 def pytest_configure(config):
@@ -35,12 +39,6 @@ def torch_threads_kept():
 def site(tmp_path_factory, worker_id):
     """The documentation site, built with `mkdocs build --strict` (a broken link or an unresolved reference fails
     it) once per test run: the first worker to need it builds it, under a lock, in the folder the workers share."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from filelock import FileLock
-
     shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
     folder = shared / "site"
     with FileLock(str(shared / "site.lock")):
