@@ -13,12 +13,11 @@ from filelock import FileLock
 
 def pytest_configure(config):
     """One torch thread per test process under pytest-xdist (one process per core), else up to two."""
-    worker = hasattr(config, "workerinput")
-    if config.getoption("numprocesses", None) and not worker:
-        return  # the controller
+    if config.getoption("numprocesses", None):
+        return  # pytest-xdist's controller (its workers run with the option unset)
     import torch
 
-    torch.set_num_threads(1 if worker else min(2, os.cpu_count() or 1))
+    torch.set_num_threads(1 if hasattr(config, "workerinput") else min(2, os.cpu_count() or 1))
 
 
 @pytest.fixture(autouse=True)
