@@ -18,7 +18,8 @@ They call `evaluate.load("seqeval")` and `evaluate.load("squad")`, which evaluat
 the benchmark writes its own metric modules with the hub metrics' output (seqeval's `overall_*` and per-type dicts,
 computed by the `seqeval` library; SQuAD's `exact_match` and `f1`). Nothing is read from the hub
 (HF_HUB_OFFLINE=1). The example scripts are not on PyPI: --examples names a checkout's examples/pytorch (default:
-the environment variable TRANSFORMERS_EXAMPLES). Where a script fails (run_qa.py imports trainer_qa.py, whose older
+the environment variable TRANSFORMERS_EXAMPLES, else the copy at a known commit in ../shared/reference). Where a
+script fails (run_qa.py imports trainer_qa.py, whose older
 copies import `is_torch_tpu_available`, gone from transformers 5), its column says "not run" and the error is
 printed below the table.
 
@@ -39,6 +40,10 @@ import random
 import subprocess
 import sys
 import tempfile
+
+# transformers' example scripts at a known commit, beside the repository (shared/reference).
+REFERENCE_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                  "shared", "reference", "transformers-examples", "examples", "pytorch")  # fmt: skip
 
 SEQEVAL_MODULE = '''"""seqeval's entity-level scores in the hub metric's format (the benchmark's own module)."""
 
@@ -260,8 +265,9 @@ def shown(value) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--examples", default=os.environ.get("TRANSFORMERS_EXAMPLES"),
-                        help="transformers' examples/pytorch folder (default: $TRANSFORMERS_EXAMPLES)")  # fmt: skip
+    parser.add_argument("--examples", default=os.environ.get("TRANSFORMERS_EXAMPLES") or REFERENCE_EXAMPLES,
+                        help="transformers' examples/pytorch folder (default: $TRANSFORMERS_EXAMPLES, else the "
+                        "reference copy beside the repository)")  # fmt: skip
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--rows", type=int, default=300, help="training rows (validation: a third as many)")
     parser.add_argument("--steps", type=int, help="training steps (default: 40 for NER, 80 for QA)")

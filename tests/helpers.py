@@ -21,6 +21,18 @@ LM_AUTO_CLASS = {
 }
 VOCAB = 97
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# transformers' example scripts at a known commit, beside the repository (they are not on PyPI).
+REFERENCE_EXAMPLES = os.path.join(os.path.dirname(ROOT), "shared", "reference", "transformers-examples", "examples",
+                                  "pytorch")  # fmt: skip
+
+
+def example_scripts() -> str:
+    """transformers' examples/pytorch folder: `TRANSFORMERS_EXAMPLES`, else the reference copy beside the repository;
+    a test that needs them fails where neither is there."""
+    folder = os.environ.get("TRANSFORMERS_EXAMPLES") or REFERENCE_EXAMPLES
+    assert os.path.isdir(folder), (f"transformers' example scripts are not at {folder}: set TRANSFORMERS_EXAMPLES to "
+                                   "a checkout's examples/pytorch")  # fmt: skip
+    return folder
 
 
 def hub_loading_environment(tmp_path) -> dict:

@@ -11,7 +11,7 @@ import datasets
 import numpy as np
 import pytest
 import transformers
-from helpers import lm_model, tiny_config
+from helpers import example_scripts, lm_model, tiny_config
 from huggingface_hub.errors import StrictDataclassError
 
 import aiayn
@@ -284,11 +284,7 @@ def test_windows_of_an_example_and_squad_v2s_null_answer(tmp_path, version_2, th
 
 
 def reference_utils_qa():
-    folder = os.environ.get("TRANSFORMERS_EXAMPLES")
-    if not folder:
-        pytest.skip("transformers' example scripts are not on PyPI; set TRANSFORMERS_EXAMPLES to a checkout's "
-                    "examples/pytorch")  # fmt: skip
-    path = os.path.join(folder, "question-answering", "utils_qa.py")
+    path = os.path.join(example_scripts(), "question-answering", "utils_qa.py")
     spec = importlib.util.spec_from_file_location("utils_qa", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -332,8 +328,10 @@ def test_answers_and_files_are_those_of_transformers_utils_qa(tokenizer, tmp_pat
 
 def test_squad_scores_are_the_best_over_references_and_split_by_has_answer_under_v2():
     """Exact match and F1 after SQuAD's normalisation (case, punctuation, articles): "the Eiffel Tower" = "Eiffel
-    Tower"; "Paris France" for "Paris" has F1 2/3; "Rome" matches the second reference "Rome!". Under v2 "" for no
-    answer is right, "Paris" for none wrong: HasAns 2/3 and 8/9, NoAns 1/2, all 3/5 and 11/15."""
+    Tower"; "Paris France" for "Paris" has F1 2/3; "Rome" matches the second reference "Rome!". Under v2 (SQuAD v2's
+    names, as run_qa reports them) "" for no answer is right, "Paris" for none wrong: HasAns 2/3 and 8/9, NoAns 1/2,
+    all 3/5 and 11/15; the best threshold answers the first three and abstains on the others (all abstaining scores
+    2, answering a, b, c adds 1, 0 and 1 exact, 1, 2/3 and 1 F1): best exact 4/5, best F1 (2 + 8/3) / 5."""
     rows = [("a", "the Eiffel Tower", ["Eiffel Tower"]), ("b", "Paris France", ["Paris"]),
             ("c", "Rome", ["Paris", "Rome!"]), ("d", "", []), ("e", "Paris", [])]  # fmt: skip
     examples = datasets.Dataset.from_list([{"id": i, "answers": {"text": refs, "answer_start": [0] * len(refs)}}
@@ -342,9 +340,10 @@ def test_squad_scores_are_the_best_over_references_and_split_by_has_answer_under
     v1 = squad_scores(found, examples.select(range(3)), qa_args())
     assert v1 == pytest.approx({"exact_match": 200 / 3, "f1": 800 / 9}, abs=1e-9)
     v2 = squad_scores(found, examples, qa_args(version_2_with_negative=True))
-    assert v2 == pytest.approx({"exact_match": 60.0, "f1": 1100 / 15, "HasAns_exact_match": 200 / 3,
-                                "HasAns_f1": 800 / 9, "HasAns_total": 3, "NoAns_exact_match": 50.0, "NoAns_f1": 50.0,
-                                "NoAns_total": 2}, abs=1e-9)  # fmt: skip
+    assert v2 == pytest.approx({"exact": 60.0, "f1": 1100 / 15, "total": 5, "HasAns_exact": 200 / 3,
+                                "HasAns_f1": 800 / 9, "HasAns_total": 3, "NoAns_exact": 50.0, "NoAns_f1": 50.0,
+                                "NoAns_total": 2, "best_exact": 80.0, "best_exact_thresh": 0.0,
+                                "best_f1": 100 * (2 + 8 / 3) / 5, "best_f1_thresh": 0.0}, abs=1e-9)  # fmt: skip
 
 
 def test_the_qa_baseline_answers_the_median_training_answers_words():

@@ -329,11 +329,11 @@ def test_squad_v2_trains_and_scores_null_answers_and_its_predictions_are_what_it
     assert results["eval_NoAns_total"] + results["eval_HasAns_total"] == 12
     unanswered = [row for row in rows if not row["answers"]["text"]]
     predicted = json.loads((output / "predict_results.json").read_text())
-    assert predicted["predict_NoAns_total"] == len(unanswered) == 14
+    assert predicted["test_NoAns_total"] == len(unanswered) == 14
     answers = json.loads((output / "predict_predictions.json").read_text())
     scores = Squad().compute(predictions=[answers[row["id"]] for row in rows],
                              references=[row["answers"]["text"] for row in rows])  # fmt: skip
-    assert predicted["predict_exact_match"] == pytest.approx(scores["exact_match"], abs=1e-9)
+    assert predicted["test_exact"] == pytest.approx(scores["exact_match"], abs=1e-9)
     assert set(json.loads((output / "predict_null_odds.json").read_text())) == {row["id"] for row in rows}
 
 

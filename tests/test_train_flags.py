@@ -10,6 +10,7 @@ import types
 import datasets
 import pytest
 import transformers
+from helpers import example_scripts
 
 from aiayn.tasks import TASKS
 from aiayn.train_arguments import EXAMPLE_SCRIPT_FLAGS, REFUSED_FLAGS, DataArguments, RefusedFlag, task_parser
@@ -91,11 +92,7 @@ def script_flags(folder: str) -> dict[str, tuple[str, ...]]:
 
 
 def test_the_flags_are_those_of_transformers_example_scripts():
-    folder = os.environ.get("TRANSFORMERS_EXAMPLES")
-    if not folder:
-        pytest.skip("transformers' example scripts are not on PyPI; set TRANSFORMERS_EXAMPLES to a checkout's "
-                    "examples/pytorch")  # fmt: skip
-    assert script_flags(folder) == EXAMPLE_SCRIPT_FLAGS
+    assert script_flags(example_scripts()) == EXAMPLE_SCRIPT_FLAGS
 
 
 def test_the_scripts_defaults_are_the_tasks():

@@ -108,7 +108,7 @@ def recomputed(task: str, output, rows: list) -> dict:
         answers = json.loads((output / "predict_predictions.json").read_text())
         scores = Squad().compute(predictions=[answers[row["id"]] for row in rows],
                                  references=[row["answers"]["text"] for row in rows])  # fmt: skip
-        return {f"predict_{name}": value for name, value in scores.items()}
+        return {f"test_{name}": value for name, value in scores.items()}  # run_qa's test metrics
     generated = (output / "generated_predictions.txt").read_text().split("\n")
     scores = Rouge().compute(predictions=generated, references=[row["summary"] for row in rows])
     return {f"predict_{name}": value for name, value in scores.items()}

@@ -141,9 +141,12 @@ def _builder(path: str) -> str:
     return FILE_BUILDERS[extension]
 
 
-def _json_field(path: str) -> str | None:
-    """`"data"` for a JSON file that holds one object with a `data` list (SQuAD's layout, as transformers' `run_qa`
-    reads it), else None (JSON lines, or a list of records)."""
+def squad_records(path: str) -> list[dict] | None:
+    """The records of a JSON file that holds one object with a `data` list (SQuAD's layout, as transformers'
+    `run_qa` reads it), else None (JSON lines, or a list of records). The official SQuAD files' articles (`title` and
+    `paragraphs`, each a `context` with its `qas`) are read as the hub's `squad` datasets hold them: a row per
+    question with its `id`, `title`, `context`, `question` and `answers` (`{"text": [...], "answer_start": [...]}`,
+    empty for SQuAD v2's unanswerable questions, whose `plausible_answers` are not answers)."""
     with open(path, encoding="utf-8") as f:
         if f.read(1) != "{":
             return None
@@ -152,7 +155,18 @@ def _json_field(path: str) -> str | None:
             document = json.load(f)
         except json.JSONDecodeError:  # JSON lines: one object per line
             return None
-    return "data" if isinstance(document, dict) and isinstance(document.get("data"), list) else None
+    records = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(records, list):
+        return None
+    if not any(isinstance(record, dict) and "paragraphs" in record for record in records):
+        return records
+    return [
+        {"id": str(question["id"]), "title": article.get("title", ""), "context": paragraph["context"],
+         "question": question["question"],
+         "answers": {"text": [answer["text"] for answer in question.get("answers", [])],
+                     "answer_start": [answer["answer_start"] for answer in question.get("answers", [])]}}
+        for article in records for paragraph in article["paragraphs"] for question in paragraph["qas"]
+    ]  # fmt: skip
 
 
 def load_files(
@@ -160,7 +174,8 @@ def load_files(
 ) -> datasets.DatasetDict:
     """A `train` split from `train_file` and a `validation` split from `validation_file`, where given: `.txt` (one
     example per line, with its line break unless not `keep_linebreaks`), `.csv`, `.json` / `.jsonl` (records, or
-    SQuAD's `{"data": [...]}`) or `.parquet` files."""
+    SQuAD's `{"data": [...]}`, flat or the official files' articles: `squad_records`) or `.parquet` files. A file
+    without a row (a CSV of its header alone) is an error that names it."""
     files = {"train": train_file, **({"validation": validation_file} if validation_file else {})}
     builders = {_builder(path) for path in files.values()}
     for path in files.values():
@@ -171,10 +186,22 @@ def load_files(
     if len(builders) > 1:
         raise ValueError(f"{train_file} and {validation_file} are files of different types.")
     builder = builders.pop()
-    options = {"field": _json_field(train_file)} if builder == "json" and _json_field(train_file) else {}
-    if builder == "text":
-        options["keep_linebreaks"] = keep_linebreaks
-    corpus = datasets.load_dataset(builder, data_files=files, **options)
+    squad = {split: squad_records(path) for split, path in files.items()} if builder == "json" else {}
+    if any(records is not None for records in squad.values()):  # each file read on its own: layouts may differ
+        corpus = datasets.DatasetDict({
+            split: datasets.Dataset.from_list(squad[split]) if squad[split] is not None
+            else datasets.load_dataset("json", data_files=path, split="train")
+            for split, path in files.items()
+        })  # fmt: skip
+    else:
+        options = {"keep_linebreaks": keep_linebreaks} if builder == "text" else {}
+        try:
+            corpus = datasets.load_dataset(builder, data_files=files, **options)
+        except ValueError as error:  # a CSV of its header alone gives its split no data at all
+            split = next((split for split in files if f'"{split}" corresponds to no data' in str(error)), None)
+            if split is None:
+                raise
+            raise ValueError(f"{files[split]} holds no examples.") from error
     for split, dataset in corpus.items():
         if len(dataset) == 0:
             raise ValueError(f"{files[split]} holds no examples.")

@@ -40,6 +40,7 @@ METRICS = {
     "eval_recall": ("recall", "Entity recall"),
     "eval_f1": ("f1", "F1"),
     "eval_exact_match": ("exact_match", "Exact match"),
+    "eval_exact": ("exact", "Exact match"),
     "eval_rouge1": ("rouge1", "ROUGE-1"),
     "eval_rouge2": ("rouge2", "ROUGE-2"),
     "eval_rougeL": ("rougeL", "ROUGE-L"),
@@ -68,17 +69,27 @@ def baseline_of(metrics: dict, key: str) -> float | None:
 LOWER_IS_BETTER = ("eval_loss", "eval_perplexity")
 
 
-def below_baseline(metrics: dict) -> list[str]:
+def beats(metrics: dict, name: str) -> bool:
+    """Whether metric `name` beats its baseline (lower for a loss or perplexity, higher for a score)."""
+    value, baseline = metrics[name], baseline_of(metrics, name)
+    return value < baseline if name in LOWER_IS_BETTER else value > baseline
+
+
+def below_baseline(metrics: dict, headline: tuple[str, ...] | None = None) -> list[str]:
     """The evaluation metrics of `metrics` (`eval_<metric>`) that do not beat their baseline
-    (`eval_baseline_<metric>`)."""
-    failing = []
-    for name, value in metrics.items():
-        baseline = metrics.get(name.replace("eval_", "eval_baseline_", 1))
-        if not name.startswith("eval_") or name.startswith("eval_baseline_") or baseline is None:
-            continue
-        if (value >= baseline) if name in LOWER_IS_BETTER else (value <= baseline):
-            failing.append(name)
-    return failing
+    (`eval_baseline_<metric>`): of `headline` (a task's verdict metrics in order of preference), the first that has a
+    baseline; without `headline`, every metric that has one."""
+    scored = [name for name in metrics
+              if name.startswith("eval_") and not name.startswith("eval_baseline_") and baseline_of(metrics, name)
+              is not None]  # fmt: skip
+    if headline is not None:
+        scored = [name for name in headline if name in scored][:1]
+    return [name for name in scored if not beats(metrics, name)]
+
+
+def verdict_metric(metrics: dict, headline: tuple[str, ...]) -> str | None:
+    """The metric a run's verdict is decided on: the first of `headline` reported beside a baseline, if any."""
+    return next((name for name in headline if name in metrics and baseline_of(metrics, name) is not None), None)
 
 
 def beside_baseline(metrics: dict, name: str, label: str | None = None) -> str:
@@ -98,6 +109,7 @@ def model_card(
     license: str = "apache-2.0",
     description: str | None = None,
     recipe: str | None = None,
+    headline: tuple[str, ...] | None = None,
 ) -> ModelCard:
     """The model card of `model`: facts gathered here, every sentence in `hub_card/modelcard_template.md`.
 
@@ -114,6 +126,8 @@ def model_card(
         license: The license identifier.
         description: Replaces the card's opening sentence.
         recipe: A sentence on how the model was trained (the from-scratch recipe of `aiayn train`).
+        headline: The metrics the verdict against the baseline is decided on, in order of preference (the first
+            with a baseline; `Task.headline`); None: every metric with a baseline must beat it.
 
     Returns:
         The card.
@@ -175,7 +189,9 @@ def model_card(
         ],
         evaluation_examples=metrics.get("eval_samples"),
         below_baseline=[
-            beside_baseline(metrics, key, METRICS[key][1]) for key in below_baseline(metrics) if key in METRICS
+            beside_baseline(metrics, key, METRICS[key][1])
+            for key in below_baseline(metrics, headline)
+            if key in METRICS
         ],
         transformers_version=transformers.__version__,
         torch_version=torch.__version__,

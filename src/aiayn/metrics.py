@@ -2,9 +2,9 @@
 
 The hub's metric scripts (`evaluate.load("sacrebleu")`, ...) cannot be fetched on machines without the hub; these
 modules compute the same numbers locally: `Accuracy`, `SacreBleu` and `ChrF` (through `sacrebleu`), `Seqeval`
-(entity-level precision, recall and F1 through `seqeval`), `Rouge` (through Google's `rouge_score`), `Squad` (SQuAD's
-exact match and F1, as its official script computes them), and `perplexity`, which is `exp` of the mean token
-cross-entropy (the eval loss). `seqeval` and `rouge_score` come with the package's `train` extra.
+(entity-level precision, recall and F1 through `seqeval`), `Rouge` (through Google's `rouge_score`), `Squad` and
+`SquadV2` (SQuAD's exact match and F1, as its official scripts compute them), and `perplexity`, which is `exp` of the
+mean token cross-entropy (the eval loss). `seqeval` and `rouge_score` come with the package's `train` extra.
 """
 
 import collections
@@ -189,6 +189,63 @@ class Squad(evaluate.Metric):
         f1 = [max(_answer_f1(p, r) for r in refs) for p, refs in pairs]
         count = max(len(predictions), 1)
         return {"exact_match": 100 * sum(exact) / count, "f1": 100 * sum(f1) / count}
+
+
+def _raw_scores(predictions: list[str], references: list[list[str]]) -> tuple[list[float], list[float]]:
+    """Each question's exact match and F1 (0 or 1, and a share), the best over its references; a question without a
+    reference (SQuAD v2's unanswerable) has the empty answer as its one reference."""
+    exact, f1 = [], []
+    for prediction, answers in zip(predictions, references, strict=True):
+        answers = [answer for answer in answers if _normalize_answer(answer)] or [""]
+        exact.append(max(float(_normalize_answer(answer) == _normalize_answer(prediction)) for answer in answers))
+        f1.append(max(_answer_f1(prediction, answer) for answer in answers))
+    return exact, f1
+
+
+def _best_threshold(predictions, scores, no_answer_probabilities, answered) -> tuple[float, float]:
+    """The best score over no-answer thresholds (SQuAD v2's `find_best_thresh`): every question abstains, then they
+    answer in order of their no-answer probability; and the probability where that score is reached."""
+    current = best = sum(not has for has in answered)
+    threshold = 0.0
+    for i in sorted(range(len(scores)), key=lambda i: no_answer_probabilities[i]):
+        current += scores[i] if answered[i] else (-1 if predictions[i] else 0)
+        if current > best:
+            best, threshold = current, no_answer_probabilities[i]
+    return 100.0 * best / len(scores), threshold
+
+
+class SquadV2(evaluate.Metric):
+    """SQuAD v2's scores (in percent), as its official evaluation script and the hub's `squad_v2` metric compute
+    them: `exact`, `f1` and `total` over all questions, the same over those with an answer (`HasAns_`) and those
+    without (`NoAns_`, where the empty answer is right), and the best exact match and F1 over no-answer thresholds
+    (`best_exact`, `best_f1`, with their thresholds). A question's no-answer probability is 0 unless given, as
+    transformers' `run_qa` passes it."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description="SQuAD v2 exact match and F1, by answerability, and at the best no-answer threshold.",
+            citation="@inproceedings{rajpurkar-etal-2018-know, title={Know What You Don't Know}, year={2018}}",
+            inputs_description='predictions: answer strings ("": no answer); references: each question\'s answers.',
+            features=datasets.Features(
+                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+            ),
+        )
+
+    def _compute(self, predictions, references, no_answer_probabilities=None) -> dict:
+        exact, f1 = _raw_scores(predictions, references)
+        answered = [any(_normalize_answer(answer) for answer in answers) for answers in references]
+        results = {"exact": 100.0 * sum(exact) / len(exact), "f1": 100.0 * sum(f1) / len(f1), "total": len(exact)}
+        for name, kept in (("HasAns", answered), ("NoAns", [not has for has in answered])):
+            subset = [i for i, keep in enumerate(kept) if keep]
+            if subset:
+                results[f"{name}_exact"] = 100.0 * sum(exact[i] for i in subset) / len(subset)
+                results[f"{name}_f1"] = 100.0 * sum(f1[i] for i in subset) / len(subset)
+                results[f"{name}_total"] = len(subset)
+        probabilities = no_answer_probabilities or [0.0] * len(predictions)
+        for name, scores in (("exact", exact), ("f1", f1)):
+            best, threshold = _best_threshold(predictions, scores, probabilities, answered)
+            results[f"best_{name}"], results[f"best_{name}_thresh"] = best, threshold
+        return results
 
 
 def perplexity(mean_cross_entropy: float) -> float:

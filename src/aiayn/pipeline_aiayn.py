@@ -24,7 +24,9 @@ class AiaynText2TextGenerationPipeline(Pipeline):
 
     Decoding follows the model's generation config (for the paper presets: beam 4, length penalty 0.6, at most the
     source length + 50 tokens); any `generate()` argument given to the pipeline or to a call overrides it.
-    Preprocessing takes `truncation`, postprocessing `clean_up_tokenization_spaces`.
+    Each source is read after the config's `prefix` (T5's convention: `aiayn train --source_prefix` saves it) and cut
+    to the tokenizer's `model_max_length` (the model's positions, as `aiayn train` saves it) unless `truncation` is
+    False. Postprocessing takes `clean_up_tokenization_spaces`.
     """
 
     _pipeline_calls_generate = True
@@ -40,8 +42,8 @@ class AiaynText2TextGenerationPipeline(Pipeline):
             postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
         return preprocess, generate_kwargs, postprocess
 
-    def preprocess(self, text: str, truncation: bool = False) -> dict:
-        return self.tokenizer(text, return_tensors="pt", truncation=truncation)
+    def preprocess(self, text: str, truncation: bool = True) -> dict:
+        return self.tokenizer((self.prefix or "") + text, return_tensors="pt", truncation=truncation)
 
     def _forward(self, model_inputs: dict, **generate_kwargs) -> dict:
         # Settings the model's generate() reads besides GenerationConfig's own fields (aiayn seq2seq: max_len_a, ...)

@@ -331,6 +331,33 @@ EXAMPLE_SCRIPT_FLAGS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+# Training flags of transformers 4 that the example scripts' commands still use and transformers 5 dropped: renamed
+# ones answer to their new name, and those whose behaviour is now the only one are accepted and change nothing.
+RENAMED_TRAINING_FLAGS = {
+    "evaluation_strategy": "eval_strategy",
+    "no_cuda": "use_cpu",
+    "per_gpu_train_batch_size": "per_device_train_batch_size",
+    "per_gpu_eval_batch_size": "per_device_eval_batch_size",
+}
+OBSOLETE_TRAINING_FLAGS = {
+    "overwrite_output_dir": "an existing --output_dir is always written over (transformers 5 dropped the flag; "
+                            "--resume_from_checkpoint resumes a run)",
+    "save_safetensors": "weights are always saved as safetensors (transformers 5 dropped the flag)",
+}  # fmt: skip
+REFUSED_FLAGS["logging_dir"] = "transformers 5 dropped it: the TENSORBOARD_LOGGING_DIR environment variable names it"
+
+
+class ObsoleteFlag(argparse.Action):
+    """A training flag of transformers 4 whose behaviour is transformers 5's only one: accepted (with or without a
+    value), it changes nothing."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        return None
+
+
 class RefusedFlag(argparse.Action):
     """A flag of transformers' example scripts that `aiayn train` refuses: an error that names it and says why."""
 
@@ -378,6 +405,16 @@ def task_parser(task: str, **kwargs) -> transformers.HfArgumentParser:
         )
     else:
         refused["image_processor_name"] = f"the {task} task reads text: its tokenizer is --tokenizer_name"
+    training = next(group for group in parser._action_groups
+                    if group.title == TrainingArguments._argument_group_name)  # fmt: skip
+    for old, new in RENAMED_TRAINING_FLAGS.items():
+        target = parser._option_string_actions[f"--{new}"]
+        training.add_argument(f"--{old}", f"--{old.replace('_', '-')}", dest=target.dest, type=target.type,
+                              nargs=target.nargs, const=target.const, default=argparse.SUPPRESS,
+                              help=f"transformers 4's name of --{new}.")  # fmt: skip
+    for name, reason in OBSOLETE_TRAINING_FLAGS.items():
+        training.add_argument(f"--{name}", f"--{name.replace('_', '-')}", action=ObsoleteFlag,
+                              help=f"Accepted, and changes nothing: {reason}.")  # fmt: skip
     known = {option for action in parser._actions for option in action.option_strings}
     for name, reason in refused.items():
         options = [option for option in (f"--{name}", f"--{name.replace('_', '-')}") if option not in known]

@@ -20,14 +20,16 @@ import math
 import os
 
 import datasets
+import huggingface_hub
 import numpy as np
+import pyarrow.compute
 import torch
 import transformers
 from transformers import AutoImageProcessor, AutoTokenizer, Trainer
 
 from .configuration_aiayn import preset_config
 from .data import load_corpus, load_files, load_image_folders, with_validation
-from .hub import below_baseline, beside_baseline, head_of
+from .hub import below_baseline, beside_baseline, head_of, verdict_metric
 from .metrics import perplexity
 from .recipes import FromScratch, PaperRecipe, describe_recipe, from_scratch_recipe
 from .tasks import TASKS, Task
@@ -184,18 +186,28 @@ def fit_lengths(data_args: DataArguments, model: transformers.PreTrainedModel, r
     return dataclasses.replace(data_args, **lengths)
 
 
-def load_data(task: str, data_args: DataArguments, model_args: ModelArguments | None = None):
+def load_data(task: str, data_args: DataArguments, training: bool = True):
     """The train, validation and (with `--test_file`) test data: `--train_file` (and `--validation_file`), else
     `--dataset_name`, else `--train_dir` (and `--validation_dir`), else the task's bundled corpus. Where there is no
-    validation split, `--train_val_split` (else `--validation_split_percentage`) of the training data is held out."""
+    validation split, `--train_val_split` (else `--validation_split_percentage`) of the training data is held out.
+    Without `training` (a saved model evaluated or predicting, as the scripts' `--do_eval` / `--do_predict` alone)
+    and without training data, just `--validation_file` and `--test_file`."""
     options = {"keep_linebreaks": data_args.keep_linebreaks}
     held_out = data_args.train_val_split
     held_out = data_args.validation_split_percentage / 100 if held_out is None else held_out
+    given = (data_args.train_file, data_args.dataset_name, data_args.train_dir)
     if data_args.validation_dir is not None and data_args.train_dir is None:
         raise ValueError("--validation_dir needs --train_dir, the training images.")
     if data_args.train_dir is not None and (data_args.dataset_name or data_args.train_file) is not None:
         raise ValueError("--train_dir is the training data: give it or --dataset_name / --train_file, not both.")
-    if data_args.train_file is not None:
+    if not training and all(source is None for source in given):
+        if data_args.validation_file is None and data_args.test_file is None:
+            raise ValueError("Without --do_train, give the data to evaluate or predict on: --validation_file "
+                             "(--do_eval) or --test_file (--do_predict).")  # fmt: skip
+        corpus = datasets.DatasetDict()
+        if data_args.validation_file is not None:
+            corpus["validation"] = load_files(data_args.validation_file, **options)["train"]
+    elif data_args.train_file is not None:
         files = load_files(data_args.train_file, data_args.validation_file, **options)
         corpus = with_validation(files, held_out)
     elif data_args.train_dir is not None:
@@ -212,33 +224,51 @@ def load_data(task: str, data_args: DataArguments, model_args: ModelArguments | 
 
 def resolve_columns(task: str, corpus: datasets.DatasetDict, data_args: DataArguments) -> DataArguments:
     """`data_args` with each column the task reads named: the flag's column (several, comma-separated, where the
-    task joins them), or the first of the task's usual names found; a column missing from the training or validation
-    split is an error that lists the columns found (the test split may lack the labels)."""
+    task joins them), or the first of the task's usual names found in the first split. A column missing from a split
+    (a test split may lack the task's targets, `Task.target_columns`), or empty in some of its rows, is an error that
+    names the split, the column and the rows."""
     definition, chosen = TASKS[task], {}
     for role, candidates in definition.columns.items():
         given = getattr(data_args, role)
         if given and "," in given and role not in definition.joined_columns:
             raise ValueError(f"--{role} names one column for the {task} task; it is {given!r}.")
-        names = (given,) if given else candidates
-        for split in (split for split in ("train", "validation") if split in corpus):
-            found = corpus[split].column_names
-            column = next((name for name in names if all(part in found for part in name.split(","))), None)
-            if column is None:
-                wanted = " or ".join(repr(name) for name in names)
+        names, column = (given,) if given else candidates, None
+        for split, examples in corpus.items():
+            found = examples.column_names
+            present = [name for name in names if all(part in found for part in name.split(","))]
+            if column is None and present:
+                column = present[0]
+            if column not in present:
+                if split == "test" and role in definition.target_columns:
+                    continue
+                wanted = " or ".join(repr(name) for name in ((column,) if column else names))
                 raise ValueError(f"The {task} task reads a column {wanted} (--{role}); the {split} data's columns "
                                  f"are {found}.")  # fmt: skip
+            for part in column.split(","):
+                check_filled(examples, split, part, role)
         chosen[role] = column
     return dataclasses.replace(data_args, **chosen)
+
+
+def check_filled(examples: datasets.Dataset, split: str, column: str, role: str) -> None:
+    """An error naming the rows of `split` where `column` is empty (a CSV cell left blank, a JSON key missing): read
+    on, they would be the text "None" or a crash mid-run."""
+    empty = pyarrow.compute.is_null(examples.with_format("arrow")[column]).to_pylist()
+    rows = [index for index, missing in enumerate(empty) if missing]
+    if rows and len(rows) == len(empty):  # a CSV read with others lacks their column: datasets fills it with nulls
+        raise ValueError(f"The {split} data has no {column!r} (--{role}): it is empty in every one of its "
+                         f"{len(rows)} rows.")  # fmt: skip
+    if rows:
+        raise ValueError(f"The {split} data's column {column!r} (--{role}) is empty in {len(rows)} row(s) (rows "
+                         f"{rows[:10]}, counted from 0); every example needs it.")  # fmt: skip
 
 
 def sampled(definition: Task, corpus: datasets.DatasetDict, data_args: DataArguments, seed: int):
     """The splits as drawn by `--max_train_samples`, `--max_eval_samples` (seeded, stratified) and
     `--max_predict_samples` (the first rows, as the scripts take them)."""
     label = data_args.label_column if definition.stratify else None
-    splits = {
-        "train": sample(corpus["train"], data_args.max_train_samples, seed, label),
-        "validation": sample(corpus["validation"], data_args.max_eval_samples, seed, label),
-    }
+    counts = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    splits = {split: sample(corpus[split], count, seed, label) for split, count in counts.items() if split in corpus}
     if "test" in corpus:
         count = min(data_args.max_predict_samples or len(corpus["test"]), len(corpus["test"]))
         splits["test"] = corpus["test"].select(range(count))
@@ -252,13 +282,21 @@ def prepare(task: str, model_args: ModelArguments, data_args: DataArguments, tra
     trainer, the sampled data, the preprocessed data and `data_args` with the columns named."""
     definition = TASKS[task]
     transformers.set_seed(training_args.seed)
-    corpus = load_data(task, data_args)
+    corpus = load_data(task, data_args, training=training_args.do_train)
+    if "train" not in corpus and model_args.model_name_or_path is None:
+        raise ValueError("Without training data there is nothing to evaluate: give the trained model, "
+                         "--model_name_or_path.")  # fmt: skip
+    if training_args.do_eval and "validation" not in corpus:
+        raise ValueError("--do_eval evaluates on --validation_file (or the data's validation split); give one.")
     data_args = resolve_columns(task, corpus, data_args)
     definition.check(corpus, data_args)
     corpus = sampled(definition, corpus, data_args, training_args.seed)
-    fields = definition.config_fields(corpus, data_args)
+    fields = definition.config_fields(corpus, data_args) if "train" in corpus else {}
     model, tokenizer = load_model_and_tokenizer(task, model_args, corpus, data_args, **fields)
     data_args = fit_lengths(data_args, model, definition.data_fields)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(tokenizer, transformers.PreTrainedTokenizerBase) and limit and tokenizer.model_max_length > limit:
+        tokenizer.model_max_length = limit  # saved with the folder: its pipelines cut or window longer texts
     if recipe is None and model_args.paper_recipe:  # transformers' --warmup_steps, where given, replaces the 4000
         given = training_args.warmup_steps
         recipe = PaperRecipe(warmup_steps=int(given)) if given >= 1 else PaperRecipe()
@@ -271,8 +309,8 @@ def prepare(task: str, model_args: ModelArguments, data_args: DataArguments, tra
     trainer = definition.trainer_class(
         model=model,
         args=training_args,
-        train_dataset=dataset["train"],
-        eval_dataset=dataset["validation"],
+        train_dataset=dataset.get("train"),
+        eval_dataset=dataset.get("validation"),
         processing_class=tokenizer,
         data_collator=definition.collator(tokenizer, model, data_args, training_args.seed),
         **definition.metrics(tokenizer, training_args, model, corpus, dataset, data_args, "validation"),
@@ -336,10 +374,11 @@ def evaluation_warnings(task: str, corpus: datasets.DatasetDict, data_args: Data
 
 def run(task: str, model_args: ModelArguments, data_args: DataArguments, training_args, recipe=None) -> dict:
     """Builds the trainer, trains (resuming from `resume_from_checkpoint` when given), evaluates beside the task's
-    baseline (`eval_baseline_*`; `eval_beats_baseline` says whether every metric beats it), predicts on the test
-    split and writes the task's predictions files, and saves the model with its tokenizer and card to `output_dir`.
-    The metrics are printed and written as the scripts write them (`train_results.json`, `eval_results.json`,
-    `predict_results.json`, `all_results.json`). Returns them."""
+    baseline (`eval_baseline_*`; `eval_beats_baseline` says whether the task's headline metric, `Task.headline`,
+    beats it), predicts on the test split and writes the task's predictions files, and saves the model with its
+    tokenizer and card to `output_dir`. The metrics are printed and written as the scripts write them
+    (`train_results.json`, `eval_results.json`, `predict_results.json`, and all of them in `all_results.json`), the
+    sample counts those of the rows the model read (windows, blocks), as the scripts count them. Returns them."""
     definition = TASKS[task]
     if training_args.do_predict and definition.write_predictions is None:
         raise ValueError(f"--do_predict: the {task} task has no predictions to write ({definition.script} has none).")
@@ -358,32 +397,34 @@ def run(task: str, model_args: ModelArguments, data_args: DataArguments, trainin
         trainer.save_metrics("train", train_metrics)
         metrics.update(train_metrics)
     if training_args.do_eval:
-        evaluated = {**evaluate(trainer), **definition.baseline(trainer, corpus, data_args)}
-        evaluated["eval_samples"] = len(corpus["validation"])
-        failing = below_baseline(evaluated)
-        if any(name.startswith("eval_baseline_") for name in evaluated):
-            evaluated["eval_beats_baseline"] = not failing
+        baseline = definition.baseline(trainer, corpus, data_args) if "train" in corpus else {}
+        evaluated = {**evaluate(trainer), **baseline, "eval_samples": len(dataset["validation"])}
+        headline = verdict_metric(evaluated, definition.headline)
+        if headline is not None:
+            evaluated["eval_beats_baseline"] = not below_baseline(evaluated, definition.headline)
         trainer.log_metrics("eval", evaluated)
         trainer.save_metrics("eval", evaluated)
         metrics.update(evaluated)
         for warning in evaluation_warnings(task, corpus, data_args):
             logger.warning(warning)
-        if failing:
-            described = "; ".join(beside_baseline(evaluated, name) for name in failing)
-            logger.warning(f"This model does not beat the baseline that learns nothing on {described}.")
+        if evaluated.get("eval_beats_baseline") is False:
+            logger.warning("This model does not beat the baseline that learns nothing on "
+                           f"{beside_baseline(evaluated, headline)}.")  # fmt: skip
     if training_args.do_predict:
         trainer.compute_metrics = definition.metrics(trainer.processing_class, training_args, trainer.model, corpus,
                                                      dataset, data_args, "test").get("compute_metrics")  # fmt: skip
-        output = trainer.predict(dataset["test"], metric_key_prefix="predict")
-        predicted = {**output.metrics, "predict_samples": len(corpus["test"])}
+        output = trainer.predict(dataset["test"], metric_key_prefix=definition.predict_prefix)
+        predicted = {**output.metrics, "predict_samples": len(dataset["test"])}
         trainer.log_metrics("predict", predicted)
         trainer.save_metrics("predict", predicted)
+        metrics.update(predicted)
         if world_zero:
             os.makedirs(training_args.output_dir, exist_ok=True)
             definition.write_predictions(output, trainer, corpus, dataset, data_args, training_args.output_dir)
     if training_args.do_train:
         source = data_args.train_file or data_args.dataset_name or definition.dataset
-        card = {"task": definition.pipeline_task, "datasets": [os.path.basename(source)], "metrics": metrics}
+        card = {"task": definition.pipeline_task, "datasets": [os.path.basename(source)], "metrics": metrics,
+                "headline": definition.headline}  # fmt: skip
         if isinstance(recipe, FromScratch):
             card["recipe"] = f"A new model, trained with the from-scratch recipe: {describe_recipe(trainer.args)}."
         save_model_folder(trainer, training_args.output_dir, **card)
@@ -404,6 +445,28 @@ def given_flags(argv: list[str] | None) -> set[str]:
     return {arg[2:].split("=")[0].replace("-", "_") for arg in argv if arg.startswith("--")}
 
 
+def check_launch(training_args) -> None:
+    """An error, before anything is written, where the processes a launcher started would not train as one job (on
+    CPUs, transformers joins them in a process group only with `--use_cpu`: without it each trains a model of its own
+    into the same folder), or where `--push_to_hub` cannot reach the hub."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size != launched:
+        raise ValueError(f"{launched} processes were launched (torchrun, accelerate), but on CPUs they join in one "
+                         "job only with --use_cpu: without it each would train a model of its own into the same "
+                         "folder. Give --use_cpu.")  # fmt: skip
+    if not training_args.push_to_hub:
+        return
+    later = "train without it and upload the folder later (`aiayn hub-folder`, then `hf upload`)"
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        raise ValueError(f"--push_to_hub needs the hub, and HF_HUB_OFFLINE is set: {later}.")
+    try:
+        huggingface_hub.HfApi().whoami(token=training_args.hub_token)
+    except Exception as error:  # not logged in, no network, a refused token: what the upload would meet at the end
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise ValueError(f"--push_to_hub cannot reach the hub ({type(error).__name__}: {reason}): log in "
+                         f"(`hf auth login`) or give --hub_token, or {later}.") from error  # fmt: skip
+
+
 def main(task: str, argv: list[str] | None = None) -> dict:
     """Command-line entry point of a task (`aiayn train TASK`): parses `ModelArguments`, the task's
     `DataArguments` and `Seq2SeqTrainingArguments` (transformers' training flags), or a single .json file of them,
@@ -416,6 +479,7 @@ def main(task: str, argv: list[str] | None = None) -> dict:
     else:
         model_args, task_data, training_args = parser.parse_args_into_dataclasses(argv)
     data_args = DataArguments(**dataclasses.asdict(task_data))
+    check_launch(training_args)
     given = given_flags(argv)
     from_scratch = model_args.model_name_or_path is None and not model_args.paper_recipe
     recipe = FromScratch(frozenset(given)) if from_scratch and "learning_rate" not in given else None

@@ -5,7 +5,15 @@ majority class of the training labels."""
 import datasets
 import transformers
 
-from .task import Task, accuracy_metrics, check_seen, class_baseline, tokenized_splits, write_index_predictions
+from .task import (
+    Task,
+    accuracy_metrics,
+    check_seen,
+    class_baseline,
+    first_split,
+    tokenized_splits,
+    write_index_predictions,
+)
 
 
 def text_columns(data_args) -> list[str]:
@@ -25,7 +33,7 @@ def classification_texts(dataset: datasets.Dataset, data_args):
 def check_classes(corpus: datasets.DatasetDict, data_args) -> None:
     """A label column of classes (strings, integers or booleans), and every validation class a training class (a
     classifier cannot predict a class it never saw)."""
-    feature = corpus["train"].features[data_args.label_column]
+    feature = first_split(corpus).features[data_args.label_column]
     dtype = str(getattr(feature, "dtype", ""))
     classes = isinstance(feature, datasets.ClassLabel) or dtype.startswith(("string", "large_string", "int", "bool"))
     if not classes:
@@ -49,10 +57,17 @@ def classification_dataset(corpus, tokenizer, model, data_args) -> datasets.Data
         encoded = tokenizer(joined_texts(examples, data_args), max_length=data_args.block_size, truncation=True,
                             padding="max_length" if data_args.pad_to_max_length else False)  # fmt: skip
         if data_args.label_column in examples:
-            encoded["labels"] = [label2id[str(label)] for label in examples[data_args.label_column]]
+            encoded["labels"] = [known_label(label2id, label, split) for label in examples[data_args.label_column]]
         return encoded
 
     return tokenized_splits(corpus, tokenize, data_args)
+
+
+def known_label(label2id: dict, label, split: str) -> int:
+    """The id of a class the model knows; an error naming it otherwise (a saved classifier given new classes)."""
+    if str(label) not in label2id:
+        raise ValueError(f"The {split} data's class {label!r} is not a class of the model, {sorted(label2id)}.")
+    return label2id[str(label)]
 
 
 def classification_collator(tokenizer, model, data_args, seed: int):
@@ -78,6 +93,8 @@ TASK = Task(
     defaults={"block_size": 128, "pad_to_max_length": True},
     stratify=True,
     joined_columns=("text_column",),
+    target_columns=("label_column",),
+    headline=("eval_accuracy",),
     check=check_classes,
     config_fields=class_labels,
     texts=classification_texts,

@@ -37,10 +37,13 @@ def evaluation_target_length(data_args) -> int:
 
 
 def configure_generation(model, training_args, data_args, length_from_script: bool) -> None:
-    """The evaluation's and the saved generation config's beams (`--num_beams`, else `--generation_num_beams`) and
-    length (`--generation_max_length`, else `--val_max_target_length`, else `--max_target_length`, as the scripts
-    decide; where not `length_from_script`, a model whose generation config bounds the output by its source, the
-    paper's `max_len_a * source + max_len_b`, keeps that bound unless a length flag is given)."""
+    """`--source_prefix` as the config's `prefix`, and the evaluation's and the saved generation config's beams
+    (`--num_beams`, else `--generation_num_beams`) and length (`--generation_max_length`, else
+    `--val_max_target_length`, else `--max_target_length`, as the scripts decide; where not `length_from_script`, a
+    model whose generation config bounds the output by its source, the paper's `max_len_a * source + max_len_b`,
+    keeps that bound unless a length flag is given)."""
+    if data_args.source_prefix:  # saved in the config, where the folder's pipeline reads it (T5's convention)
+        model.config.prefix = data_args.source_prefix
     if data_args.num_beams is not None:
         training_args.generation_num_beams = data_args.num_beams
     own_bound = getattr(model.generation_config, "max_len_b", None) is not None

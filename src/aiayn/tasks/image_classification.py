@@ -34,6 +34,7 @@ TASK = Task(
     data_fields=("image_column", "label_column", "train_dir", "validation_dir", "train_val_split"),
     defaults={"validation_split_percentage": 15},  # run_image_classification's --train_val_split 0.15
     stratify=True,
+    headline=("eval_accuracy",),
     config_fields=image_class_labels,
     preprocess=image_classification_dataset,
     collator=image_classification_collator,

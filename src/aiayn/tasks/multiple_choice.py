@@ -7,7 +7,7 @@ import numpy as np
 import transformers
 
 from ..baselines import majority_accuracy
-from .task import Task, accuracy_metrics, tokenized_splits, write_index_predictions
+from .task import Task, accuracy_metrics, first_split, tokenized_splits, write_index_predictions
 
 
 def ending_columns(dataset: datasets.Dataset) -> list[str]:
@@ -19,7 +19,7 @@ def ending_columns(dataset: datasets.Dataset) -> list[str]:
 def check_choices(corpus: datasets.DatasetDict, data_args) -> None:
     """The same endings `ending0` ... `endingN` (N >= 1, none missing) in every split, and labels that are the index
     of one of them."""
-    endings = ending_columns(corpus["train"])
+    endings = ending_columns(first_split(corpus))
     expected = [f"ending{i}" for i in range(max(len(endings), 2))]
     for split, examples in corpus.items():
         found = ending_columns(examples)
@@ -52,7 +52,7 @@ def multiple_choice_texts(dataset: datasets.Dataset, data_args):
 def multiple_choice_dataset(corpus, tokenizer, model, data_args) -> datasets.DatasetDict:
     """Each example as one pair of texts per ending, the context first and the answer's start with the ending second
     (run_swag's pairs), `block_size` tokens at most; `labels` is the index of the right ending."""
-    endings = ending_columns(corpus["train"])
+    endings = ending_columns(first_split(corpus))
 
     def tokenize(examples, split):
         count = len(examples[data_args.context_column])
@@ -99,6 +99,8 @@ TASK = Task(
     data_fields=("context_column", "question_column", "label_column", "block_size", "pad_to_max_length"),
     defaults={"block_size": None},
     stratify=True,
+    target_columns=("label_column",),
+    headline=("eval_accuracy",),
     check=check_choices,
     texts=multiple_choice_texts,
     preprocess=multiple_choice_dataset,

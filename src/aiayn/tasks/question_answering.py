@@ -1,33 +1,48 @@
 """Answer spans in SQuAD's format (transformers' `run_qa`): `id`, `question`, `context` and `answers`
 (`{"text": [...], "answer_start": [...]}`; no answer under SQuAD v2, `--version_2_with_negative`); SQuAD's exact
-match and F1 beside the context's first words as the answer."""
+match and F1 (SQuAD v2's scores under v2, named as run_qa names them) beside the context's first words as the
+answer (under v2, or no answer at all, whichever the training questions score better)."""
+
+import os
 
 import datasets
 import numpy as np
 import transformers
 
-from ..metrics import Squad
+from ..metrics import Squad, SquadV2
 from .qa_postprocessing import postprocess_qa_predictions
 from .task import Task, prefixed, tokenized_splits
 
 
 def check_answers(corpus: datasets.DatasetDict, data_args) -> None:
-    """An `id` column; each answer where its `answer_start` says, in its context; an unanswerable question (no
-    answer) only under `--version_2_with_negative`."""
+    """An `id` column; as many answer texts as answer starts; each answer where its `answer_start` says, in its
+    context; an unanswerable question (no answer) only under `--version_2_with_negative`."""
     for split, examples in corpus.items():
         if "id" not in examples.column_names:
             raise ValueError(f"Question answering needs an 'id' column; the {split} data's columns are "
                              f"{examples.column_names}.")  # fmt: skip
         if data_args.answer_column not in examples.column_names:
             continue
-        misplaced, unanswered = [], []
+        misplaced, unanswered, unequal = [], [], []
         for example in examples:
             answers = example[data_args.answer_column]
+            texts, starts = (
+                (answers.get(key) or [] for key in ("text", "answer_start"))
+                if isinstance(answers, dict)
+                else (None, ())
+            )
+            if texts is None or len(texts) != len(starts):
+                unequal.append(example["id"])
+                continue
             if not answers["text"]:
                 unanswered.append(example["id"])
             for text, start in zip(answers["text"], answers["answer_start"], strict=True):
                 if example[data_args.context_column][start : start + len(text)] != text:
                     misplaced.append(example["id"])
+        if unequal:
+            raise ValueError(f"{len(unequal)} question(s) of the {split} data do not have as many answer texts as "
+                             f"answer starts in {data_args.answer_column!r} (ids {unequal[:5]}): SQuAD's answers are "
+                             '{"text": [...], "answer_start": [...]}, one start per text.')  # fmt: skip
         if misplaced:
             raise ValueError(f"{len(misplaced)} answer(s) of the {split} data are not in their context where their "
                              f"answer_start says (ids {misplaced[:5]}).")  # fmt: skip
@@ -116,39 +131,50 @@ def answers_of(predictions, features, examples, data_args, **files) -> dict[str,
 
 
 def squad_scores(answers: dict, examples: datasets.Dataset, data_args) -> dict:
-    """SQuAD's exact match and F1 (in percent); under v2 also those of the questions with an answer (`HasAns_`) and
-    without (`NoAns_`), as SQuAD v2's script reports them."""
+    """SQuAD's `exact_match` and `f1` (in percent); under v2 SQuAD v2's `exact`, `f1`, `total`, their `HasAns_` and
+    `NoAns_` shares and the `best_` ones (`SquadV2`), as run_qa's metrics name them."""
     references = [example[data_args.answer_column]["text"] for example in examples]
     predictions = [answers[example["id"]] for example in examples]
-    scores = Squad().compute(predictions=predictions, references=references)
-    if data_args.version_2_with_negative:
-        for name, kept in (("HasAns", [bool(r) for r in references]), ("NoAns", [not r for r in references])):
-            subset = [i for i, keep in enumerate(kept) if keep]
-            part = Squad().compute(predictions=[predictions[i] for i in subset],
-                                   references=[references[i] for i in subset]) if subset else {}  # fmt: skip
-            scores.update({f"{name}_{key}": value for key, value in part.items()})
-            scores[f"{name}_total"] = len(subset)
-    return scores
+    metric = SquadV2() if data_args.version_2_with_negative else Squad()
+    return metric.compute(predictions=predictions, references=references)
 
 
 def question_answering_metrics(tokenizer, training_args, model, corpus, dataset, data_args, split: str) -> dict:
-    """SQuAD's scores of the answers `postprocess_qa_predictions` cuts out of the contexts of `split`."""
+    """SQuAD's scores of the answers `postprocess_qa_predictions` cuts out of the contexts of `split`; each
+    evaluation also writes `eval_predictions.json`, `eval_nbest_predictions.json` and, under v2, `eval_null_odds.json`
+    to the output folder, as run_qa does."""
 
     def compute(eval_prediction) -> dict:
-        answers = answers_of(eval_prediction.predictions, dataset[split], corpus[split], data_args)
+        files = {}
+        if split == "validation" and training_args.process_index == 0:
+            os.makedirs(training_args.output_dir, exist_ok=True)
+            files = {"output_dir": training_args.output_dir, "prefix": "eval"}
+        answers = answers_of(eval_prediction.predictions, dataset[split], corpus[split], data_args, **files)
         return squad_scores(answers, corpus[split], data_args)
 
     return {"compute_metrics": compute}
 
 
+def first_words(corpus: datasets.DatasetDict, split: str, words: int, data_args) -> dict[str, str]:
+    """The first `words` words of each context of `split`, by id."""
+    return {example["id"]: " ".join(example[data_args.context_column].split()[:words]) for example in corpus[split]}
+
+
 def question_answering_baseline(trainer, corpus, data_args) -> dict:
     """The first words of each context as its answer, as many as the training answers' median: where answers sit
-    and how long they are, learned without reading the question."""
+    and how long they are, learned without reading the question. Under SQuAD v2, that or no answer at all,
+    whichever scores the better F1 on the training questions (a model that always abstains scores every
+    unanswerable question)."""
     lengths = [len(text.split()) for answers in corpus["train"][data_args.answer_column] for text in answers["text"]]
     words = int(np.median(lengths)) if lengths else 1
-    validation = corpus["validation"]
-    answers = {example["id"]: " ".join(example[data_args.context_column].split()[:words]) for example in validation}
-    return prefixed(squad_scores(answers, validation, data_args), "eval_baseline_")
+    rules = {"span": lambda split: first_words(corpus, split, words, data_args)}
+    if data_args.version_2_with_negative:
+        rules["abstain"] = lambda split: dict.fromkeys(corpus[split]["id"], "")
+    trained = {name: squad_scores(rule("train"), corpus["train"], data_args)["f1"] for name, rule in rules.items()}
+    best = max(rules, key=lambda name: trained[name])  # the span rule where they tie
+    scores = squad_scores(rules[best]("validation"), corpus["validation"], data_args)
+    return prefixed({name: scores[name] for name in ("exact", "exact_match", "f1") if name in scores},
+                    "eval_baseline_")  # fmt: skip
 
 
 def write_answer_predictions(output, trainer, corpus, dataset, data_args, folder: str) -> None:
@@ -177,6 +203,9 @@ TASK = Task(
         "pad_to_max_length",
     ),
     defaults={"block_size": 384, "doc_stride": 128, "pad_to_max_length": True},
+    target_columns=("answer_column",),
+    headline=("eval_f1",),
+    predict_prefix="test",
     check=check_answers,
     texts=question_answering_texts,
     preprocess=question_answering_dataset,

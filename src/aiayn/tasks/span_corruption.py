@@ -6,16 +6,16 @@ import transformers
 
 from ..collators import DataCollatorForSpanCorruption, span_corruption_lengths
 from .blocks import language_model_blocks
-from .task import Task, pair_texts
+from .task import Task, first_split, pair_texts
 
 
 def span_corruption_dataset(corpus, tokenizer, model, data_args) -> datasets.DatasetDict:
     tokens_length, _ = span_corruption_lengths(
         data_args.max_source_length, data_args.noise_density, data_args.mean_noise_span_length
     )
-    if "translation" in corpus["train"].column_names:  # pretraining reads both languages as plain text
+    if "translation" in first_split(corpus).column_names:  # pretraining reads both languages as plain text
         corpus = corpus.map(lambda e: {data_args.text_column: list(pair_texts(e, data_args))}, batched=True,
-                            remove_columns=corpus["train"].column_names)  # fmt: skip
+                            remove_columns=first_split(corpus).column_names)  # fmt: skip
     return language_model_blocks(corpus, tokenizer, data_args, tokens_length, append_eos=False)
 
 

@@ -72,6 +72,8 @@ TASK = Task(
     },
     data_fields=("text_column", "summary_column", *GENERATION_FIELDS),
     defaults={"num_beams": 1},
+    target_columns=("summary_column",),
+    headline=("eval_rougeLsum",),
     texts=text_pair_texts,
     preprocess=summarization_dataset,
     collator=seq2seq_collator,

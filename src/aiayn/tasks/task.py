@@ -35,6 +35,12 @@ from ..baselines import majority_accuracy, unigram_cross_entropy
 from ..metrics import Accuracy
 
 
+def first_split(corpus: datasets.DatasetDict) -> datasets.Dataset:
+    """The training split, else the first split there is (a saved model evaluated without training data): the split
+    whose columns and features the others must match."""
+    return corpus["train"] if "train" in corpus else next(iter(corpus.values()))
+
+
 def column_texts(dataset: datasets.Dataset, data_args) -> Iterator[str]:
     """The text column's texts."""
     yield from dataset[data_args.text_column]
@@ -117,6 +123,11 @@ class Task:
         stratify: Whether samples are drawn by `label_column`.
         label_names: The Trainer's `label_names` where `labels` is not the target (it then scores the eval loss).
         joined_columns: The column roles that may name several columns, comma-separated (joined by the task).
+        target_columns: The column roles a test split may lack (what `--do_predict` predicts: labels, answers,
+            targets); every other role is read in every split.
+        headline: The metrics a run's verdict against its baseline is decided on, in order of preference: the first
+            reported beside a baseline (`eval_beats_baseline`); counts and secondary scores never decide it.
+        predict_prefix: The prefix of the test metrics (`predict_`, or run_qa's `test_`).
         check, config_fields, texts, preprocess, collator, configure, metrics, baseline, write_predictions: see the
             module's docstring; `write_predictions` None: `--do_predict` is refused, as its script has none.
     """
@@ -137,6 +148,9 @@ class Task:
     stratify: bool = False
     label_names: tuple[str, ...] | None = None
     joined_columns: tuple[str, ...] = ()
+    target_columns: tuple[str, ...] = ()
+    headline: tuple[str, ...] = ("eval_loss",)
+    predict_prefix: str = "predict"
     check: Callable[[datasets.DatasetDict, object], None] = no_check
     config_fields: Callable[[datasets.DatasetDict, object], dict] = no_config_fields
     texts: Callable[[datasets.Dataset, object], Iterator[str]] = column_texts
@@ -172,15 +186,22 @@ def map_options(data_args) -> dict:
 
 
 def check_seen(corpus: datasets.DatasetDict, column: str, kind: str, values: Callable) -> None:
-    """An error naming the `kind`s (classes, tags) of `column` in the validation split that the training split never
-    holds: a model cannot learn them, and its scores would count them as errors without a word. `values` turns a
-    column's entry into the values it holds (a list of tags, or the class itself)."""
+    """An error naming the `kind`s (classes, tags) of `column` in the validation or test split that the training
+    split never holds: a model cannot learn them, and its scores would count them as errors without a word. `values`
+    turns a column's entry into the values it holds (a list of tags, or the class itself). A split without the column
+    (test data to predict) is not checked."""
+    if "train" not in corpus:  # a saved model evaluated: its preprocessing names labels it does not know
+        return
     seen = {str(value) for entry in corpus["train"][column] for value in _as_list(values(entry))}
-    unseen = sorted({str(value) for entry in corpus["validation"][column] for value in _as_list(values(entry))} - seen)
-    if unseen:
-        raise ValueError(f"The validation data's {column!r} holds {len(unseen)} {kind}(s) the training data never "
-                         f"holds: {unseen[:10]}; a model cannot learn them. Add examples of them to the training "
-                         "data, or leave them out of the validation data.")  # fmt: skip
+    for split in (split for split in ("validation", "test") if split in corpus):
+        if column not in corpus[split].column_names:
+            continue
+        found = {str(value) for entry in corpus[split][column] for value in _as_list(values(entry))}
+        unseen = sorted(found - seen)
+        if unseen:
+            raise ValueError(f"The {split} data's {column!r} holds {len(unseen)} {kind}(s) the training data never "
+                             f"holds: {unseen[:10]}; a model cannot learn them. Add examples of them to the training "
+                             f"data, or leave them out of the {split} data.")  # fmt: skip
 
 
 def _as_list(value) -> list:

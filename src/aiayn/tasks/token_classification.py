@@ -8,13 +8,13 @@ import datasets
 import transformers
 
 from ..metrics import Seqeval
-from .task import Task, check_seen, map_options, prefixed
+from .task import Task, check_seen, first_split, map_options, prefixed
 
 
 def tag_names(corpus: datasets.DatasetDict, data_args) -> list[str]:
     """The tags of the label column: a `ClassLabel`'s names in its order, else the training split's values, sorted,
     as strings. A column that does not hold a list of tags per example is an error that names it."""
-    inner = _inner_feature(corpus["train"], data_args)
+    inner = _inner_feature(first_split(corpus), data_args)
     if isinstance(inner, datasets.ClassLabel):
         return list(inner.names)
     if not isinstance(inner, datasets.Value) or not inner.dtype.startswith(("string", "large_string", "int")):
@@ -22,7 +22,7 @@ def tag_names(corpus: datasets.DatasetDict, data_args) -> list[str]:
             f"Token classification needs a list of tags (strings or integers) per example in the label column "
             f"{data_args.label_column!r}; it holds {corpus['train'].features[data_args.label_column]}."
         )
-    return sorted({str(tag) for tags in corpus["train"][data_args.label_column] for tag in tags})
+    return sorted({str(tag) for tags in first_split(corpus)[data_args.label_column] for tag in tags})
 
 
 def _inner_feature(dataset: datasets.Dataset, data_args):
@@ -100,6 +100,10 @@ def token_classification_dataset(corpus, tokenizer, model, data_args) -> dataset
     prepared = {}
     for split, examples in corpus.items():
         tags = word_tags(examples, data_args)
+        unknown = sorted({tag for example in tags for tag in example} - set(label2id))
+        if unknown:
+            raise ValueError(f"The {split} data holds tags the model does not know, {unknown[:10]}; its tags are "
+                             f"{sorted(label2id)}.")  # fmt: skip
         prepared[split] = examples.map(
             lambda batch, indices, tags=tags: tokenize(batch, [tags[i] for i in indices]),
             batched=True, with_indices=True, remove_columns=examples.column_names, desc="Tokenizing",
@@ -184,6 +188,7 @@ TASK = Task(
         "pad_to_max_length",
     ),
     defaults={"block_size": None},
+    headline=("eval_f1",),
     check=check_tags,
     config_fields=tag_fields,
     texts=token_texts,

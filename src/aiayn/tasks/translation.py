@@ -82,6 +82,7 @@ TASK = Task(
     preset="tiny",
     trainer_class=transformers.Seq2SeqTrainer,
     data_fields=("source_lang", "target_lang", *GENERATION_FIELDS, "max_pair_tokens"),
+    headline=("eval_bleu", "eval_loss"),
     texts=pair_texts,
     preprocess=translation_dataset,
     collator=seq2seq_collator,
