@@ -375,12 +375,21 @@ class TrainingArguments(transformers.Seq2SeqTrainingArguments):
     _argument_group_name = "training (transformers' Seq2SeqTrainingArguments)"
 
 
+def with_dashed_aliases(metadata) -> dict:
+    """A field's metadata with each alias also in the spelling argparse gives its own flags, `--a-b` beside
+    `--a_b`."""
+    aliases = metadata.get("aliases", [])
+    spelled = [spelling for alias in aliases for spelling in dict.fromkeys((alias, alias.replace("_", "-")))]
+    return {**metadata, "aliases": spelled} if aliases else dict(metadata)
+
+
 def task_arguments(task: str) -> tuple[type, type, type]:
     """The dataclasses of a task's flags: `ModelArguments`, the `DataArguments` fields the task reads with its
     defaults (a dataclass of its own, so that its help lists only those) and `TrainingArguments`."""
     definition = TASKS[task]
     wanted = (*COMMON_DATA_FIELDS, *definition.data_fields)
-    data_fields = [(f.name, f.type, field(default=definition.defaults.get(f.name, f.default), metadata=f.metadata))
+    data_fields = [(f.name, f.type, field(default=definition.defaults.get(f.name, f.default),
+                                          metadata=with_dashed_aliases(f.metadata)))
                    for f in dataclasses.fields(DataArguments) if f.name in wanted]  # fmt: skip
     name = "".join(part.title() for part in task.split("-")) + "DataArguments"
     data_class = dataclasses.make_dataclass(name, data_fields, namespace={"_argument_group_name": "data"})

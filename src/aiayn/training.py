@@ -190,8 +190,8 @@ def load_data(task: str, data_args: DataArguments, training: bool = True):
     """The train, validation and (with `--test_file`) test data: `--train_file` (and `--validation_file`), else
     `--dataset_name`, else `--train_dir` (and `--validation_dir`), else the task's bundled corpus. Where there is no
     validation split, `--train_val_split` (else `--validation_split_percentage`) of the training data is held out.
-    Without `training` (a saved model evaluated or predicting, as the scripts' `--do_eval` / `--do_predict` alone)
-    and without training data, just `--validation_file` and `--test_file`."""
+    Without `training` (a saved model evaluated or predicting, as the scripts' `--do_eval` / `--do_predict` alone),
+    `--validation_file` and `--test_file` are read without training data where none is named."""
     options = {"keep_linebreaks": data_args.keep_linebreaks}
     held_out = data_args.train_val_split
     held_out = data_args.validation_split_percentage / 100 if held_out is None else held_out
@@ -200,10 +200,8 @@ def load_data(task: str, data_args: DataArguments, training: bool = True):
         raise ValueError("--validation_dir needs --train_dir, the training images.")
     if data_args.train_dir is not None and (data_args.dataset_name or data_args.train_file) is not None:
         raise ValueError("--train_dir is the training data: give it or --dataset_name / --train_file, not both.")
-    if not training and all(source is None for source in given):
-        if data_args.validation_file is None and data_args.test_file is None:
-            raise ValueError("Without --do_train, give the data to evaluate or predict on: --validation_file "
-                             "(--do_eval) or --test_file (--do_predict).")  # fmt: skip
+    evaluated = data_args.validation_file is not None or data_args.test_file is not None
+    if not training and evaluated and all(source is None for source in given):
         corpus = datasets.DatasetDict()
         if data_args.validation_file is not None:
             corpus["validation"] = load_files(data_args.validation_file, **options)["train"]
@@ -467,10 +465,10 @@ def check_launch(training_args) -> None:
                          f"(`hf auth login`) or give --hub_token, or {later}.") from error  # fmt: skip
 
 
-def main(task: str, argv: list[str] | None = None) -> dict:
-    """Command-line entry point of a task (`aiayn train TASK`): parses `ModelArguments`, the task's
-    `DataArguments` and `Seq2SeqTrainingArguments` (transformers' training flags), or a single .json file of them,
-    and runs it; a new model trained without `--learning_rate` gets `from_scratch_recipe`."""
+def parse(task: str, argv: list[str] | None = None) -> tuple:
+    """The flags of `aiayn train TASK` (`argv`, or a single .json file of them): `ModelArguments`, `DataArguments`,
+    `TrainingArguments` and the recipe a new model trained without `--learning_rate` gets (`FromScratch`), else
+    None. Launches that would not train as one job are refused here (`check_launch`)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASKS)}.")
     parser = task_parser(task, prog=f"aiayn train {task}", usage=f"aiayn train {task} [FLAGS]")
@@ -483,6 +481,14 @@ def main(task: str, argv: list[str] | None = None) -> dict:
     given = given_flags(argv)
     from_scratch = model_args.model_name_or_path is None and not model_args.paper_recipe
     recipe = FromScratch(frozenset(given)) if from_scratch and "learning_rate" not in given else None
+    return model_args, data_args, training_args, recipe
+
+
+def main(task: str, argv: list[str] | None = None) -> dict:
+    """Command-line entry point of a task (`aiayn train TASK`): parses `ModelArguments`, the task's
+    `DataArguments` and `Seq2SeqTrainingArguments` (transformers' training flags), or a single .json file of them
+    (`parse`), and runs it; a new model trained without `--learning_rate` gets `from_scratch_recipe`."""
+    model_args, data_args, training_args, recipe = parse(task, argv)
     try:
         return run(task, model_args, data_args, training_args, recipe)
     finally:
@@ -501,6 +507,7 @@ __all__ = [
     "build_trainer",
     "from_scratch_recipe",
     "group_texts",
+    "parse",
     "prepare",
     "sample",
     "task_arguments",

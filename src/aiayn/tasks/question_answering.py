@@ -108,9 +108,15 @@ def question_answering_features(examples, tokenizer, data_args) -> dict:
 
 
 def question_answering_dataset(corpus, tokenizer, model, data_args) -> datasets.DatasetDict:
-    if data_args.doc_stride >= data_args.block_size:
-        raise ValueError(f"--doc_stride ({data_args.doc_stride}) must be shorter than --max_seq_length "
-                         f"({data_args.block_size}): the windows would not advance.")  # fmt: skip
+    """Each split's windows (`question_answering_features`); a `--doc_stride` the windows' context cannot exceed
+    (`--max_seq_length` less the longest question and the special tokens) is an error that says so."""
+    questions = [question.lstrip() for split in corpus.values() for question in split[data_args.question_column]]
+    longest = max((len(ids) for ids in tokenizer(questions, add_special_tokens=False)["input_ids"]), default=0)
+    room = data_args.block_size - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if data_args.doc_stride >= room:
+        raise ValueError(f"--doc_stride ({data_args.doc_stride}) must be shorter than the context's share of a "
+                         f"window: --max_seq_length {data_args.block_size} less the longest question ({longest} "
+                         f"tokens) and the special tokens leaves {room}; the windows would not advance.")  # fmt: skip
     return tokenized_splits(
         corpus, lambda batch, split: question_answering_features(batch, tokenizer, data_args), data_args
     )
