@@ -387,7 +387,8 @@ def test_check_choices_names_a_missing_ending_and_a_label_out_of_range(tmp_path)
     data_args = DataArguments(label_column="label")
     train = swag_csv(tmp_path / "train.csv", 4, [0, 3])
     corpus = load_files(train, swag_csv(tmp_path / "three.csv", 3, [0, 2]))
-    with pytest.raises(ValueError, match="ending3 in every split; the validation data has no ending3"):
+    with pytest.raises(ValueError, match="ending3 in every split; the validation data's columns are .'sent1', 'sent2', 'ending0', 'ending1', "
+                       "'ending2', 'label'."):
         multiple_choice.check_choices(corpus, data_args)
     for label, low, high in ((4, 0, 4), (-1, -1, 0)):
         corpus = load_files(train, swag_csv(tmp_path / f"{label}.csv", 4, [0, label]))

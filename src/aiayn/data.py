@@ -187,25 +187,26 @@ def load_files(
         raise ValueError(f"{train_file} and {validation_file} are files of different types.")
     builder = builders.pop()
     squad = {split: squad_records(path) for split, path in files.items()} if builder == "json" else {}
-    if any(records is not None for records in squad.values()):  # each file read on its own: layouts may differ
-        corpus = datasets.DatasetDict({
-            split: datasets.Dataset.from_list(squad[split]) if squad[split] is not None
-            else datasets.load_dataset("json", data_files=path, split="train")
-            for split, path in files.items()
-        })  # fmt: skip
-    else:
-        options = {"keep_linebreaks": keep_linebreaks} if builder == "text" else {}
-        try:
-            corpus = datasets.load_dataset(builder, data_files=files, **options)
-        except ValueError as error:  # a CSV of its header alone gives its split no data at all
-            split = next((split for split in files if f'"{split}" corresponds to no data' in str(error)), None)
-            if split is None:
-                raise
-            raise ValueError(f"{files[split]} holds no examples.") from error
+    options = {"keep_linebreaks": keep_linebreaks} if builder == "text" else {}
+    # Each file read on its own: files whose columns differ are named by the task's column check, not a CastError.
+    corpus = datasets.DatasetDict({
+        split: datasets.Dataset.from_list(squad[split]) if squad.get(split) is not None
+        else _read_file(builder, path, options)
+        for split, path in files.items()
+    })  # fmt: skip
     for split, dataset in corpus.items():
         if len(dataset) == 0:
             raise ValueError(f"{files[split]} holds no examples.")
     return corpus
+
+
+def _read_file(builder: str, path: str, options: dict) -> datasets.Dataset:
+    try:
+        return datasets.load_dataset(builder, data_files=path, split="train", **options)
+    except ValueError as error:  # a CSV of its header alone gives its split no data at all
+        if "corresponds to no data" not in str(error):
+            raise
+        raise ValueError(f"{path} holds no examples.") from error
 
 
 def load_folder(path: str) -> datasets.DatasetDict:

@@ -1,0 +1,337 @@
+"""`aiayn train` as users of transformers' example scripts run it: verdicts decided on each task's headline metric,
+baselines by value, bad data refused in every split before anything is written, the scripts' commands without
+training data, and the scripts' files and metric names read back against what was scored."""
+
+import json
+import os
+import subprocess
+import sys
+
+import datasets
+import pytest
+import transformers
+from task_files import write_classification_csv, write_entities, write_squad, write_summaries, write_swag
+
+from aiayn import cli
+from aiayn.hub import below_baseline, verdict_metric
+from aiayn.tasks import TASKS
+from aiayn.tasks.qa_postprocessing import postprocess_qa_predictions
+from aiayn.tasks.question_answering import question_answering_baseline
+from aiayn.tasks.token_classification import token_classification_baseline
+from aiayn.train_arguments import DataArguments
+
+QUICK = ["--report_to", "none", "--disable_tqdm", "true", "--vocab_size", "150", "--dataloader_pin_memory", "false",
+         "--save_strategy", "no", "--max_steps", "2"]  # fmt: skip
+
+
+# Verdicts.
+
+
+def test_the_verdict_is_the_headline_metric_not_every_metric_nor_a_count():
+    """NER: F1 and recall beat the tag baseline, precision does not: it beats it (all metrics would say no). SQuAD v2:
+    `HasAns_total` is a count and never decides. Translation: BLEU decides where the evaluation generates, else the
+    loss."""
+    ner = {"eval_f1": 0.62, "eval_baseline_f1": 0.356, "eval_recall": 0.564, "eval_baseline_recall": 0.221,
+           "eval_precision": 0.3, "eval_baseline_precision": 0.9}  # fmt: skip
+    headline = TASKS["token-classification"].headline
+    assert verdict_metric(ner, headline) == "eval_f1" and below_baseline(ner, headline) == []
+    assert below_baseline(ner) == ["eval_precision"]
+    squad = {"eval_f1": 40.0, "eval_baseline_f1": 36.65, "eval_HasAns_total": 3, "eval_baseline_HasAns_total": 3}
+    assert below_baseline(squad, TASKS["question-answering"].headline) == []
+    translation = TASKS["translation"].headline
+    losses = {"eval_loss": 2.0, "eval_baseline_loss": 3.0}
+    assert verdict_metric(losses, translation) == "eval_loss" and below_baseline(losses, translation) == []
+    generated = {**losses, "eval_bleu": 1.0, "eval_baseline_bleu": 2.0}
+    assert verdict_metric(generated, translation) == "eval_bleu"
+    assert below_baseline(generated, translation) == ["eval_bleu"]
+    assert below_baseline({"eval_perplexity": 5.0, "eval_baseline_perplexity": 5.0}) == ["eval_perplexity"]
+    headlines = {name: task.headline[0] for name, task in TASKS.items()}
+    assert headlines == {"causal-lm": "eval_loss", "masked-lm": "eval_loss", "translation": "eval_bleu",
+                         "span-corruption": "eval_loss", "classification": "eval_accuracy",
+                         "token-classification": "eval_f1", "question-answering": "eval_f1",
+                         "multiple-choice": "eval_accuracy", "summarization": "eval_rougeLsum",
+                         "image-classification": "eval_accuracy", "masked-image-modeling": "eval_loss"}  # fmt: skip
+
+
+def squad_v2(rows):
+    return datasets.Dataset.from_list([
+        {"id": str(i), "question": "?", "context": context,
+         "answers": {"text": [answer] if answer else [], "answer_start": [context.index(answer)] if answer else []}}
+        for i, (context, answer) in enumerate(rows)
+    ])  # fmt: skip
+
+
+def qa_args(**fields):
+    return DataArguments(question_column="question", context_column="context", answer_column="answers", **fields)
+
+
+def test_the_squad_v2_baseline_abstains_where_that_scores_the_training_questions_better():
+    """Training: 3 of 4 questions unanswerable, so abstaining (F1 75) beats the first word (25): the baseline
+    abstains on the validation questions (2 of 3 unanswerable: exact and F1 200/3); with mostly answerable training
+    questions it answers the first word (right on the one answerable question: 100/3). SQuAD v1 never abstains."""
+    mostly_empty = squad_v2([("Paris is big", "Paris"), ("Rome is old", None), ("Oslo is cold", None),
+                             ("Lima is far", None)])  # fmt: skip
+    mostly_answered = squad_v2([("Paris is big", "Paris"), ("Rome is old", "Rome"), ("Oslo is cold", "Oslo"),
+                                ("Lima is far", None)])  # fmt: skip
+    validation = squad_v2([("Cairo is hot", "Cairo"), ("Bonn is small", None), ("Nice is nice", None)])
+    v2 = qa_args(version_2_with_negative=True)
+    abstaining = question_answering_baseline(None, datasets.DatasetDict(train=mostly_empty, validation=validation), v2)
+    assert abstaining == pytest.approx({"eval_baseline_exact": 200 / 3, "eval_baseline_f1": 200 / 3})
+    answering = question_answering_baseline(None, datasets.DatasetDict(train=mostly_answered, validation=validation),
+                                            v2)  # fmt: skip
+    assert answering == pytest.approx({"eval_baseline_exact": 100 / 3, "eval_baseline_f1": 100 / 3})
+    answerable = squad_v2([("Paris is big", "Paris"), ("Rome is old", "Rome")])
+    v1 = question_answering_baseline(None, datasets.DatasetDict(train=answerable, validation=answerable), qa_args())
+    assert v1 == {"eval_baseline_exact_match": 100.0, "eval_baseline_f1": 100.0}
+
+
+def test_the_tag_baseline_falls_back_on_the_most_frequent_tag_which_need_not_be_o():
+    """Training tags mostly B-LOC (cities listed): an unseen word is tagged B-LOC, not O; validation "Oslo Rome"
+    (unseen, both B-LOC) is then all right, and "and" (seen as O) right too."""
+    train = datasets.Dataset.from_list([{"tokens": ["Paris", "Rome", "Lima", "and"],
+                                         "ner_tags": ["B-LOC", "B-LOC", "B-LOC", "O"]}] * 2)  # fmt: skip
+    validation = datasets.Dataset.from_list([{"tokens": ["Oslo", "and", "Bonn"], "ner_tags": ["B-LOC", "O", "B-LOC"]}])
+    scores = token_classification_baseline(None, datasets.DatasetDict(train=train, validation=validation),
+                                           DataArguments(text_column="tokens", label_column="ner_tags"))  # fmt: skip
+    assert scores == {"eval_baseline_precision": 1.0, "eval_baseline_recall": 1.0, "eval_baseline_f1": 1.0,
+                      "eval_baseline_accuracy": 1.0}  # fmt: skip
+
+
+def test_squad_v2s_null_score_is_the_lowest_windows_wherever_it_is(tmp_path):
+    """Three windows of one example with null scores 3, 9 and 6 (the lowest first, not last): the null score is 3;
+    the best span (4 + 4 = 8, in the second window) beats it by 5, so null_odds is 3 - 8 = -5."""
+    import numpy as np
+
+    offsets = [None, [0, 4], [5, 8], None]
+    starts = np.array([[1.0, 2.0, 0.0, -9.0], [5.0, 4.0, 0.0, -9.0], [3.0, 1.0, 0.0, -9.0]])
+    ends = np.array([[2.0, 0.0, 1.0, -9.0], [4.0, 4.0, 0.0, -9.0], [3.0, 0.0, 1.0, -9.0]])
+    features = datasets.Dataset.from_dict({"example_id": ["q"] * 3, "offset_mapping": [offsets] * 3})
+    examples = datasets.Dataset.from_list([{"id": "q", "context": "Anna met"}])
+    answers = postprocess_qa_predictions(examples, features, (starts, ends), version_2_with_negative=True,
+                                         output_dir=str(tmp_path))  # fmt: skip
+    assert answers == {"q": "Anna"}
+    assert json.loads((tmp_path / "null_odds.json").read_text()) == {"q": -5.0}
+
+
+# Bad data: refused with an error that names it, in every split, before anything is written.
+
+
+def csv(path, header: str, rows: list[str]) -> str:
+    path.write_text("\n".join([header, *rows]) + "\n")
+    return str(path)
+
+
+def expect_refusal(capsys, tmp_path, task: str, flags: list[str], *phrases: str):
+    output = tmp_path / "never"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", task, "--output_dir", str(output), "--do_train", "--do_eval", *QUICK, *flags])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error, error
+    line = error.strip().splitlines()[-1]  # one line, after datasets' progress bars
+    assert line.startswith("aiayn train: error: "), error
+    for phrase in phrases:
+        assert phrase in line, error
+    assert not output.exists()
+
+
+SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_a_text_column_missing_or_empty_in_any_split_is_named(split, tmp_path, capsys):
+    good = [f"t {i} ball,sports" if i % 2 else f"t {i} song,music" for i in range(20)]
+    files = {name: csv(tmp_path / f"{name}.csv", "text,label", good) for name in SPLIT_FLAGS}
+    files[split] = csv(tmp_path / "empty-cell.csv", "text,label", [*good[:5], ",music", *good[5:]])
+    flags = [flag for name, flag in SPLIT_FLAGS.items() for flag in (flag, files[name])] + ["--do_predict"]
+    expect_refusal(capsys, tmp_path, "classification", flags,
+                   f"The {split} data's column 'text' (--text_column) is empty in 1 row(s) (rows [5]")  # fmt: skip
+    files[split] = csv(tmp_path / "no-text.csv", "body,label", good)
+    flags = [flag for name, flag in SPLIT_FLAGS.items() for flag in (flag, files[name])] + ["--do_predict"]
+    expect_refusal(capsys, tmp_path, "classification", flags, "(--text_column)",
+                   f"the {split} data's columns are ['body', 'label']")  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_classes_and_tags_the_training_data_lacks_are_named_in_validation_and_test(split, tmp_path, capsys):
+    good = [f"t {i} ball,sports" if i % 2 else f"t {i} song,music" for i in range(20)]
+    files = {name: csv(tmp_path / f"{name}.csv", "text,label", good) for name in SPLIT_FLAGS}
+    files[split] = csv(tmp_path / "unseen.csv", "text,label", [*good, "rain,weather"])
+    flags = [flag for name, flag in SPLIT_FLAGS.items() for flag in (flag, files[name])] + ["--do_predict"]
+    expect_refusal(capsys, tmp_path, "classification", flags, f"The {split} data's 'label' holds 1 class(s)",
+                   "['weather']")  # fmt: skip
+    write_entities(tmp_path / "tags.jsonl", 20)
+    (tmp_path / "new-tag.jsonl").write_text(json.dumps({"tokens": ["Anna", "sang"], "ner_tags": ["B-PER", "B-SONG"]})
+                                            + "\n")  # fmt: skip
+    files = {name: str(tmp_path / "tags.jsonl") for name in SPLIT_FLAGS}
+    files[split] = str(tmp_path / "new-tag.jsonl")
+    flags = [flag for name, flag in SPLIT_FLAGS.items() for flag in (flag, files[name])] + ["--do_predict"]
+    expect_refusal(capsys, tmp_path, "token-classification", flags, f"The {split} data's 'ner_tags' holds 1 tag(s)",
+                   "['B-SONG']")  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_squad_answers_that_do_not_match_their_starts_or_context_are_named_in_each_split(split, tmp_path, capsys):
+    write_squad(tmp_path / "squad.json", 12)
+    document = json.loads((tmp_path / "squad.json").read_text())
+    files = {name: str(tmp_path / "squad.json") for name in SPLIT_FLAGS}
+    flags = ["--max_seq_length", "48", "--doc_stride", "8", "--do_predict"]
+    unequal = json.loads(json.dumps(document))
+    unequal["data"][4]["answers"]["answer_start"] = []
+    (tmp_path / "unequal.json").write_text(json.dumps(unequal))
+    moved = json.loads(json.dumps(document))
+    moved["data"][7]["answers"]["answer_start"] = [0]
+    (tmp_path / "moved.json").write_text(json.dumps(moved))
+    for name, phrases in (("unequal", (f"1 question(s) of the {split} data do not have as many answer texts as "
+                                       "answer starts", "['4']")),
+                          ("moved", (f"1 answer(s) of the {split} data are not in their context", "['7']"))):
+        chosen = {**files, split: str(tmp_path / f"{name}.json")}
+        expect_refusal(capsys, tmp_path, "question-answering",
+                       [flag for key, flag in SPLIT_FLAGS.items() for flag in (flag, chosen[key])] + flags, *phrases)
+
+
+def test_header_only_files_a_summarization_file_without_targets_and_push_to_hub_offline(tmp_path, capsys,
+                                                                                         monkeypatch):  # fmt: skip
+    header = csv(tmp_path / "header.csv", "text,label", [])
+    expect_refusal(capsys, tmp_path, "classification", ["--train_file", header], f"{header} holds no examples.")
+    write_summaries(tmp_path / "summaries.csv", 20)
+    sources = csv(tmp_path / "sources.csv", "document", [f"doc {i}" for i in range(5)])
+    expect_refusal(capsys, tmp_path, "summarization", ["--train_file", str(tmp_path / "summaries.csv"),
+                                                       "--validation_file", sources],
+                   "reads a column 'summary' (--summary_column); the validation data's columns are ['document']")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    expect_refusal(capsys, tmp_path, "summarization", ["--train_file", str(tmp_path / "summaries.csv"),
+                                                       "--push_to_hub"], "--push_to_hub needs the hub")  # fmt: skip
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    expect_refusal(capsys, tmp_path, "summarization", ["--train_file", str(tmp_path / "summaries.csv"),
+                                                       "--push_to_hub", "--hub_token", "hf_not_a_token"],
+                   "--push_to_hub cannot reach the hub")  # fmt: skip
+
+
+def test_official_nested_squad_files_are_read_as_the_flat_rows(tmp_path):
+    """SQuAD's official layout (articles of paragraphs of questions, v2's unanswerable ones with empty answers and
+    plausible answers that are not answers), beside a flat file: the same rows."""
+    from aiayn.data import load_files
+
+    write_squad(tmp_path / "flat.json", 6)
+    flat = json.loads((tmp_path / "flat.json").read_text())["data"]
+    flat[5]["answers"] = {"text": [], "answer_start": []}
+    (tmp_path / "flat.json").write_text(json.dumps({"data": flat}))
+    articles = [{"title": row["title"], "paragraphs": [{"context": row["context"], "qas": [
+        {"id": row["id"], "question": row["question"], "is_impossible": not row["answers"]["text"],
+         "answers": [{"text": t, "answer_start": s} for t, s in zip(*row["answers"].values(), strict=True)],
+         **({"plausible_answers": [{"text": "x", "answer_start": 0}]} if not row["answers"]["text"] else {})}]}]}
+        for row in flat]  # fmt: skip
+    (tmp_path / "nested.json").write_text(json.dumps({"version": "v2.0", "data": articles}))
+    corpus = load_files(str(tmp_path / "flat.json"), str(tmp_path / "nested.json"))
+    assert corpus["validation"].to_list() == flat
+    assert corpus["train"].to_list() == flat
+
+
+# The scripts' commands and files.
+
+
+@pytest.fixture(scope="module")
+def trained_qa(tmp_path_factory):
+    """A question-answering model trained on 40 questions (a third unanswerable, SQuAD v2) with a test file."""
+    folder = tmp_path_factory.mktemp("qa")
+    write_squad(folder / "squad.json", 40)
+    rows = json.loads((folder / "squad.json").read_text())["data"]
+    for row in rows[::3]:
+        row["answers"] = {"text": [], "answer_start": []}
+    (folder / "v2.json").write_text(json.dumps({"data": rows}))
+    output = folder / "model"
+    cli.main(["train", "question-answering", "--train_file", str(folder / "v2.json"), "--validation_file",
+              str(folder / "v2.json"), "--test_file", str(folder / "v2.json"), "--version_2_with_negative",
+              "--max_seq_length", "32", "--doc_stride", "8", "--output_dir", str(output), "--do_train", "--do_eval",
+              "--do_predict", "--max_eval_samples", "12", *QUICK])  # fmt: skip
+    return folder, output, rows
+
+
+def test_question_answering_writes_run_qas_files_and_names(trained_qa):
+    """run_qa's files: `eval_predictions.json`, `eval_nbest_predictions.json`, `eval_null_odds.json` of the 12
+    evaluated questions; SQuAD v2's metric names; `eval_samples` the windows evaluated; the test metrics as `test_*`
+    in `predict_results.json` and in `all_results.json`, recomputed from `predict_predictions.json`."""
+    from aiayn.metrics import SquadV2
+
+    folder, output, rows = trained_qa
+    results = json.loads((output / "all_results.json").read_text())
+    evaluated = json.loads((output / "eval_predictions.json").read_text())
+    assert len(evaluated) == 12 and set(evaluated) == set(json.loads((output / "eval_null_odds.json").read_text()))
+    assert set(json.loads((output / "eval_nbest_predictions.json").read_text())) == set(evaluated)
+    for name in ("exact", "f1", "total", "HasAns_exact", "NoAns_f1", "best_exact", "best_f1_thresh"):
+        assert f"eval_{name}" in results and f"test_{name}" in results, name
+    assert "eval_exact_match" not in results and results["eval_total"] == 12
+    assert results["eval_samples"] >= 12 and results["predict_samples"] >= 40
+    assert results["eval_baseline_f1"] >= 100 * results["eval_NoAns_total"] / 12 - 1e-9  # at least abstaining's
+    predicted = json.loads((output / "predict_results.json").read_text())
+    assert {key: results[key] for key in predicted} == predicted
+    answers = json.loads((output / "predict_predictions.json").read_text())
+    expected = SquadV2().compute(predictions=[answers[row["id"]] for row in rows],
+                                 references=[row["answers"]["text"] for row in rows])  # fmt: skip
+    assert predicted["test_f1"] == pytest.approx(expected["f1"]) and predicted["test_total"] == 40
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+    assert tokenizer.model_max_length == transformers.AutoConfig.from_pretrained(output).max_position_embeddings
+
+
+def test_a_trained_folder_is_evaluated_and_predicts_without_training_data(trained_qa, tmp_path):
+    """The scripts' `--do_eval` / `--do_predict` on a trained folder with no `--train_file`: the same answers as the
+    run that trained it, no baseline (there is no training data to learn one from), and no model written."""
+    folder, output, rows = trained_qa
+    again = tmp_path / "again"
+    cli.main(["train", "question-answering", "--model_name_or_path", str(output), "--validation_file",
+              str(folder / "v2.json"), "--test_file", str(folder / "v2.json"), "--version_2_with_negative",
+              "--max_seq_length", "32", "--doc_stride", "8", "--output_dir", str(again), "--do_eval", "--do_predict",
+              "--max_eval_samples", "12", *QUICK])  # fmt: skip
+    for name in ("predict_predictions.json", "eval_predictions.json"):
+        assert json.loads((again / name).read_text()) == json.loads((output / name).read_text()), name
+    results = json.loads((again / "all_results.json").read_text())
+    assert not [key for key in results if "baseline" in key] and not (again / "model.safetensors").exists()
+
+
+def test_classification_results_files_and_the_folders_pipeline_on_a_long_text(tmp_path):
+    """`predict_results.txt` holds every test row's index and class; `all_results.json` the predict metrics; the
+    saved tokenizer reads at most the model's positions, so the folder's pipeline cuts a text longer than them."""
+    write_classification_csv(tmp_path / "topics.csv")
+    output = tmp_path / "model"
+    cli.main(["train", "classification", "--train_file", str(tmp_path / "topics.csv"), "--test_file",
+              str(tmp_path / "topics.csv"), "--max_predict_samples", "7", "--output_dir", str(output), "--do_train",
+              "--do_eval", "--do_predict", "--max_seq_length", "16", "--config_overrides",
+              "max_position_embeddings=32", *QUICK])  # fmt: skip
+    lines = (output / "predict_results.txt").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(7)]
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"sports", "food", "music"}
+    results = json.loads((output / "all_results.json").read_text())
+    assert results["predict_samples"] == 7 and "predict_accuracy" in results and "eval_beats_baseline" in results
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+    assert tokenizer.model_max_length == 32
+    classify = transformers.pipeline("text-classification", model=str(output))
+    assert classify("ball " * 200, truncation=True)[0]["label"] in {"sports", "food", "music"}
+
+
+def test_summarizations_prefix_goes_with_the_folder_to_its_pipeline(tmp_path):
+    write_summaries(tmp_path / "summaries.csv", 20)
+    output = tmp_path / "model"
+    cli.main(["train", "summarization", "--train_file", str(tmp_path / "summaries.csv"), "--source_prefix",
+              "sum up ", "--output_dir", str(output), "--do_train", "--max_source_length", "16",
+              "--max_target_length", "6", *QUICK])  # fmt: skip
+    assert json.loads((output / "config.json").read_text())["prefix"] == "sum up "
+    run = transformers.pipeline("summarization", model=str(output))
+    assert run.preprocess("ball team")["input_ids"].tolist() == [run.tokenizer("sum up ball team")["input_ids"]]
+    long = run.preprocess("ball " * 500)["input_ids"]
+    assert long.shape[1] == run.tokenizer.model_max_length == 256
+
+
+def test_torchrun_without_use_cpu_is_refused_before_anything_is_written(tmp_path):
+    """Two processes launched on CPUs without `--use_cpu` would train two models into one folder: refused, naming the
+    flag that fixes it, in every process."""
+    write_swag(tmp_path / "swag.jsonl", 10)
+    output = tmp_path / "never"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+               "-m", "aiayn", "train", "multiple-choice", "--train_file", str(tmp_path / "swag.jsonl"),
+               "--output_dir", str(output), "--do_train", *QUICK]  # fmt: skip
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
+    assert result.returncode != 0
+    assert result.stderr.count("on CPUs they join in one job only with --use_cpu") == 2, result.stderr[-3000:]
+    assert not output.exists()
