@@ -92,7 +92,9 @@ def train_reference() -> str:
     from aiayn.train_arguments import (
         COMMON_DATA_FIELDS,
         EXAMPLE_SCRIPT_FLAGS,
+        OBSOLETE_TRAINING_FLAGS,
         REFUSED_FLAGS,
+        RENAMED_TRAINING_FLAGS,
         DataArguments,
         ModelArguments,
         RefusedFlag,
@@ -149,6 +151,18 @@ def train_reference() -> str:
             rows.append(f'| <a id="{script}-{flag}"></a>`--{flag}` | accepted: [`--{name}`](#{section}-{name}) | '
                         f"{_cell(action.help)} |")  # fmt: skip
         sections.append(f"### `{script}` ({task})\n\n" + "\n".join(rows))
+    rows = ["| Flag | Accepted or refused | Meaning or reason |", "| --- | --- | --- |"]
+    rows += [f'| <a id="transformers-4-{old}"></a>`--{old}` | accepted: `--{new}` | transformers 4\'s name of '
+             f"`--{new}`. |" for old, new in RENAMED_TRAINING_FLAGS.items()]  # fmt: skip
+    rows += [f'| <a id="transformers-4-{flag}"></a>`--{flag}` | accepted, changes nothing | {_cell(reason)}. |'
+             for flag, reason in OBSOLETE_TRAINING_FLAGS.items()]  # fmt: skip
+    rows.append(f'| <a id="transformers-4-logging_dir"></a>`--logging_dir` | refused | '
+                f"{_cell(REFUSED_FLAGS['logging_dir'])}. |")  # fmt: skip
+    sections.append(
+        "### Training flags of transformers 4\n\nCommands written for the scripts before transformers 5 use training "
+        "flags it dropped: each is taken under its new name, accepted where its behaviour is now the only one, or "
+        "refused with the reason.\n\n" + "\n".join(rows)
+    )
     return "\n\n".join(sections)
 
 

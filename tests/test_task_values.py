@@ -387,8 +387,11 @@ def test_check_choices_names_a_missing_ending_and_a_label_out_of_range(tmp_path)
     data_args = DataArguments(label_column="label")
     train = swag_csv(tmp_path / "train.csv", 4, [0, 3])
     corpus = load_files(train, swag_csv(tmp_path / "three.csv", 3, [0, 2]))
-    with pytest.raises(ValueError, match="ending3 in every split; the validation data's columns are .'sent1', 'sent2', 'ending0', 'ending1', "
-                       "'ending2', 'label'."):
+    with pytest.raises(
+        ValueError,
+        match="ending3 in every split; the validation data's columns are "
+        ".'sent1', 'sent2', 'ending0', 'ending1', 'ending2', 'label'.",
+    ):
         multiple_choice.check_choices(corpus, data_args)
     for label, low, high in ((4, 0, 4), (-1, -1, 0)):
         corpus = load_files(train, swag_csv(tmp_path / f"{label}.csv", 4, [0, label]))
@@ -433,6 +436,16 @@ def test_summarization_decodes_around_minus_100_and_scores_rouge_by_hand(seq2seq
     assert min(lengths) >= 4
     expected = {"rouge1": rouge1, "rouge2": 50.0, "rougeL": rouge1, "rougeLsum": rouge1, "gen_len": np.mean(lengths)}
     assert scores == pytest.approx(expected, abs=1e-9)
+
+
+def test_rouge_lsum_reads_sentences_and_rouge_l_the_whole_text():
+    """ "the cat sat. the dog ran." against "the dog ran. the cat sat.": as one sequence their longest common
+    subsequence is 3 of 6 words (ROUGE-L 50); sentence by sentence each reference sentence is matched whole
+    (ROUGE-Lsum 100); ROUGE-1 counts every word (100), ROUGE-2 the bigrams both hold, 4 of 5 (80)."""
+    from aiayn.metrics import Rouge
+
+    scores = Rouge().compute(predictions=["the cat sat. the dog ran."], references=["the dog ran.  the cat sat."])
+    assert scores == pytest.approx({"rouge1": 100.0, "rouge2": 80.0, "rougeL": 50.0, "rougeLsum": 100.0})
 
 
 # Baselines of the other tasks.

@@ -6,7 +6,6 @@ checked in both of argparse's spellings (`--a_b` and `--a-b`) and under the exam
 import json
 import random
 
-import datasets
 import numpy as np
 import pytest
 import torch
@@ -144,9 +143,9 @@ CASES = [
          transformers.EvalPrediction(predictions=(np.zeros((len(d["validation"]), 64)),) * 2, label_ids=None))),
      True, False),
     ("context_column_name", "multiple-choice", ["--train_file", "swag-renamed.jsonl", "--question_column_name",
-     "start"], ["--context_column_name", "premise"], lambda t, c, d: (CAPTURED["context_column"], first_text_choice(t, d)
-                                                         .startswith(c["train"][0]["premise"][:10])), ("premise", True),
-     None),
+     "start"], ["--context_column_name", "premise"],
+     lambda t, c, d: (CAPTURED["context_column"], first_text_choice(t, d).startswith(c["train"][0]["premise"][:10])),
+     ("premise", True), None),
     ("question_column_name", "multiple-choice", ["--train_file", "swag-renamed.jsonl", "--context_column_name",
      "premise"], ["--question_column_name", "start"], lambda t, c, d: "meanwhile" in first_text_choice(t, d), True,
      None),
@@ -317,8 +316,9 @@ def test_entity_level_metrics_add_each_types_scores(files, tmp_path):
     people = sum(tag == "B-PER" for tags in corpus["validation"]["ner_tags"] for tag in tags)
     assert reports["overall"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "accuracy": 1.0}
     assert reports["entities"]["PER_f1"] == 1.0 and reports["entities"]["PER_number"] == people > 0
-    assert set(reports["entities"]) == set(reports["overall"]) | {f"{kind}_{score}" for kind in ("LOC", "PER")
-                                                                  for score in ("precision", "recall", "f1", "number")}
+    assert set(reports["entities"]) == set(reports["overall"]) | {
+        f"{kind}_{score}" for kind in ("LOC", "PER") for score in ("precision", "recall", "f1", "number")
+    }
 
 
 def test_the_answer_flags_pick_the_answer_written_to_eval_predictions(files, tmp_path):

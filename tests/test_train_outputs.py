@@ -64,6 +64,15 @@ METRIC = {
     "summarization": "eval_rougeLsum",
     "image-classification": "eval_accuracy",
 }
+# The example text of each text task's card, which the test makes longer than the model's positions.
+LONG_TEXTS = {
+    "classification": '"A text to classify."',
+    "token-classification": '"A text to tag."',
+    "question-answering": '"The play was written by William Shakespeare in 1599."',
+    "multiple-choice": '"She opened the umbrella."',
+    "summarization": '"A text to summarize."',
+    "translation": '"A text to translate."',
+}
 # The predictions files of `--do_predict`, as transformers' scripts name them.
 PREDICTIONS = {
     "classification": "predict_results.txt",
@@ -210,3 +219,9 @@ def test_each_task_saves_its_folder_results_predictions_and_a_card_whose_code_ru
     returncode, stdout, stderr = run_card(card_code(output), workdir)
     assert returncode == 0, stderr[-3000:]
     assert stdout.strip()
+    if task in LONG_TEXTS:  # the card's code on a text longer than the model's positions: cut or read in windows
+        text = LONG_TEXTS[task]
+        long_code = card_code(output).replace(text, f"{text[:-1]} " + "and more words " * 300 + '"')
+        assert long_code != card_code(output)
+        returncode, stdout, stderr = run_card(long_code, workdir)
+        assert returncode == 0, stderr[-3000:]

@@ -182,12 +182,18 @@ def test_squad_answers_that_do_not_match_their_starts_or_context_are_named_in_ea
     moved = json.loads(json.dumps(document))
     moved["data"][7]["answers"]["answer_start"] = [0]
     (tmp_path / "moved.json").write_text(json.dumps(moved))
-    for name, phrases in (("unequal", (f"1 question(s) of the {split} data do not have as many answer texts as "
-                                       "answer starts", "['4']")),
-                          ("moved", (f"1 answer(s) of the {split} data are not in their context", "['7']"))):
+    for name, phrases in (
+        ("unequal", (f"1 question(s) of the {split} data do not have as many answer texts as answer starts", "['4']")),
+        ("moved", (f"1 answer(s) of the {split} data are not in their context", "['7']")),
+    ):
         chosen = {**files, split: str(tmp_path / f"{name}.json")}
-        expect_refusal(capsys, tmp_path, "question-answering",
-                       [flag for key, flag in SPLIT_FLAGS.items() for flag in (flag, chosen[key])] + flags, *phrases)
+        expect_refusal(
+            capsys,
+            tmp_path,
+            "question-answering",
+            [flag for key, flag in SPLIT_FLAGS.items() for flag in (flag, chosen[key])] + flags,
+            *phrases,
+        )
 
 
 def test_header_only_files_a_summarization_file_without_targets_and_push_to_hub_offline(tmp_path, capsys,
@@ -196,9 +202,13 @@ def test_header_only_files_a_summarization_file_without_targets_and_push_to_hub_
     expect_refusal(capsys, tmp_path, "classification", ["--train_file", header], f"{header} holds no examples.")
     write_summaries(tmp_path / "summaries.csv", 20)
     sources = csv(tmp_path / "sources.csv", "document", [f"doc {i}" for i in range(5)])
-    expect_refusal(capsys, tmp_path, "summarization", ["--train_file", str(tmp_path / "summaries.csv"),
-                                                       "--validation_file", sources],
-                   "reads a column 'summary' (--summary_column); the validation data's columns are ['document']")
+    expect_refusal(
+        capsys,
+        tmp_path,
+        "summarization",
+        ["--train_file", str(tmp_path / "summaries.csv"), "--validation_file", sources],
+        "reads a column 'summary' (--summary_column); the validation data's columns are ['document']",
+    )
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     expect_refusal(capsys, tmp_path, "summarization", ["--train_file", str(tmp_path / "summaries.csv"),
                                                        "--push_to_hub"], "--push_to_hub needs the hub")  # fmt: skip
@@ -299,7 +309,8 @@ def test_classification_results_files_and_the_folders_pipeline_on_a_long_text(tm
               "--do_eval", "--do_predict", "--max_seq_length", "16", "--config_overrides",
               "max_position_embeddings=32", *QUICK])  # fmt: skip
     lines = (output / "predict_results.txt").read_text().splitlines()
-    assert lines[0] == "index\tprediction" and [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(7)]
+    assert lines[0] == "index\tprediction"
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(7)]
     assert {line.split("\t")[1] for line in lines[1:]} <= {"sports", "food", "music"}
     results = json.loads((output / "all_results.json").read_text())
     assert results["predict_samples"] == 7 and "predict_accuracy" in results and "eval_beats_baseline" in results

@@ -70,9 +70,23 @@ def write_hub_folder(args: argparse.Namespace) -> None:
                 recorded[key] = json.load(f)
     card = save_hub_folder(
         model, processor, args.destination, repo_id=args.repo_id, task=args.task, datasets=args.dataset,
-        language=args.language or None, license=args.license, **recorded,
+        language=args.language or None, license=args.license, headline=headline_of(model, args.task), **recorded,
     )  # fmt: skip
     print(f"wrote {args.destination} ({card.data.pipeline_tag}, {len(card.data.eval_results or [])} results)")
+
+
+def headline_of(model, task: str | None) -> tuple[str, ...] | None:
+    """The verdict metrics of the `aiayn train` task whose folders serve the pipeline `task` (by default the head's),
+    where one task does; else None (every metric with a baseline)."""
+    from .hub import HEADS, head_of
+
+    try:
+        from .tasks import TASKS
+    except ImportError:  # without the train extra (datasets): no task to read them from
+        return None
+    task = task or HEADS[head_of(model)][0]
+    headlines = {definition.headline for definition in TASKS.values() if definition.pipeline_task == task}
+    return headlines.pop() if len(headlines) == 1 else None
 
 
 def train(args: argparse.Namespace) -> None:

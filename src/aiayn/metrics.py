@@ -129,9 +129,22 @@ class Seqeval(evaluate.Metric):
         return results
 
 
+# A sentence ends at ".", "!" or "?" before white space.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentence_lines(text: str) -> str:
+    """`text` with one sentence a line, what ROUGE-Lsum reads as its sentences (run_summarization splits them with
+    nltk's trained English Punkt model, a download this package does not need; the two differ only where a full stop
+    inside a sentence, as in "Mr. Smith", is followed by a space)."""
+    return "\n".join(part for part in SENTENCE_END.split(" ".join(text.split())) if part)
+
+
 class Rouge(evaluate.Metric):
     """Mean ROUGE-1, ROUGE-2, ROUGE-L and ROUGE-Lsum F-measures (in percent, as transformers' `run_summarization`
-    reports them) of `rouge_score`, with its Porter stemmer. ROUGE-Lsum reads each newline as a sentence end."""
+    reports them) of `rouge_score`, with its Porter stemmer, over texts split into a sentence a line
+    (`sentence_lines`): ROUGE-Lsum scores the union of each reference sentence's longest common subsequences with
+    the predicted sentences, ROUGE-L the texts as one sequence."""
 
     types = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -148,7 +161,9 @@ class Rouge(evaluate.Metric):
     def _compute(self, predictions, references) -> dict:
         scorer = _library("rouge_score.rouge_scorer", "rouge-score").RougeScorer(list(self.types), use_stemmer=True)
         pairs = zip(predictions, references, strict=True)
-        scores = [scorer.score(reference, prediction) for prediction, reference in pairs]
+        scores = [
+            scorer.score(sentence_lines(reference), sentence_lines(prediction)) for prediction, reference in pairs
+        ]
         return {name: 100 * sum(s[name].fmeasure for s in scores) / max(len(scores), 1) for name in self.types}
 
 
