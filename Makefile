@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # installer pull a multi-GB CUDA build; elsewhere torch resolves as usual.
 LOCAL_CPU_TORCH := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: demo test lint docs chromium clean
+.PHONY: demo test lint docs chromium mutation clean
 # apt-get runs as root: directly where make does, else through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
@@ -42,6 +42,15 @@ lint: $(VENV)/.installed-dev,demo,plot,docs,train
 # The documentation site into site/ (--strict: a broken link or an unresolved reference fails the build).
 docs: $(VENV)/.installed-dev,demo,plot,docs,train
 	$(BIN)/mkdocs build --strict --site-dir site
+
+# The mutation score of `aiayn train`'s tasks, baselines and metrics (mutmut; about an hour on 2 cores), written to
+# docs/results/mutation.md; not part of `make test`. The example scripts' copy beside the repository serves the tests
+# that compare with them.
+EXAMPLES ?= $(CURDIR)/../shared/reference/transformers-examples/examples/pytorch
+mutation: $(VENV)/.installed-dev,demo,plot,docs,train,mutation
+	rm -rf mutants
+	TRANSFORMERS_EXAMPLES=$${TRANSFORMERS_EXAMPLES:-$(EXAMPLES)} $(BIN)/mutmut run --max-children 2
+	$(BIN)/python benchmarks/mutation_report.py > docs/results/mutation-survivors.md
 
 clean:
 	rm -rf $(VENV) build site src/*.egg-info .pytest_cache .ruff_cache

@@ -181,3 +181,16 @@ def test_the_long_inputs_benchmarks_memory_is_the_weights_the_optimizer_and_the_
     # Training holds AdamW's two moments of every parameter beside the weights, and a call's activations on top.
     adam = 2 * sum(parameter.numel() * 4 for parameter in model.parameters())
     assert weights / 2**20 < peaks["forward"] and (weights + adam) / 2**20 < peaks["train"]
+
+
+def test_aiayn_train_scores_what_transformers_example_scripts_score(monkeypatch, capsys):
+    """`benchmarks/example_scripts.py` on the copy of transformers' example scripts beside the repository: run_ner.py
+    and run_qa.py trained from the same starting folder, on the same files, flags and seed as `aiayn train`, report
+    the same eval metrics and losses, to float noise."""
+    printed = run_benchmark("example_scripts.py", ["--tasks", "token-classification", "question-answering", "--rows",
+                                                   "45", "--steps", "3"], monkeypatch, capsys)  # fmt: skip
+    rows = [line.strip("|").split("|") for line in printed.splitlines() if line.startswith("| ") and "---" not in line]
+    compared = {(task.strip(), metric.strip()): difference.strip() for task, metric, _, _, difference in rows[1:]}
+    assert {metric for _, metric in compared} >= {"eval_f1", "eval_exact_match", "eval_precision", "train_loss"}
+    for (task, metric), difference in compared.items():
+        assert abs(float(difference)) <= 1e-6, (task, metric, printed)

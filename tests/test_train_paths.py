@@ -346,3 +346,29 @@ def test_torchrun_without_use_cpu_is_refused_before_anything_is_written(tmp_path
     assert result.returncode != 0
     assert result.stderr.count("on CPUs they join in one job only with --use_cpu") == 2, result.stderr[-3000:]
     assert not output.exists()
+
+
+def test_the_masked_image_baseline_is_each_pixels_training_median():
+    """Training pixels (0, 10), (1, 11), (2, 12): the medians are 1 and 11 (the median of all six values, 6, would
+    miss both); validation (1, 11) and (3, 8) are off by 0, 0, 2 and 3: a mean absolute error of 5 / 4."""
+    import types
+
+    from aiayn.tasks.masked_image_modeling import masked_image_baseline
+
+    def images(rows):
+        return datasets.Dataset.from_dict({"pixel_values": [[[[value]] for value in row] for row in rows]})
+
+    trainer = types.SimpleNamespace(train_dataset=images([(0, 10), (1, 11), (2, 12)]),
+                                    eval_dataset=images([(1, 11), (3, 8)]))  # fmt: skip
+    assert masked_image_baseline(trainer, None, None) == {"eval_baseline_loss": 5 / 4}
+
+
+def test_an_image_classifier_is_configured_with_the_label_columns_class_names(tmp_path):
+    """The digits' `ClassLabel` names, in its order, both ways in the config (`id2label` and `label2id`)."""
+    from aiayn.training import parse, prepare
+
+    arguments = parse("image-classification", ["--output_dir", str(tmp_path), "--max_train_samples", "20",
+                                               "--max_eval_samples", "10", "--report_to", "none"])  # fmt: skip
+    config = prepare("image-classification", *arguments)[0].model.config
+    names = [str(digit) for digit in range(10)]
+    assert config.id2label == dict(enumerate(names)) and config.label2id == {name: i for i, name in enumerate(names)}
