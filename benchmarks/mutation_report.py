@@ -55,8 +55,9 @@ def main() -> None:
     print("|---|" + "---|" * len(kinds))
     for path, counts in sorted(by_file.items()):
         print(f"| `{path}` | " + " | ".join(str(counts[kind]) for kind in kinds) + " |")
+    score = 100 * killed / counted
     print(f"\n{len(found)} mutants: {killed} killed, {len(survivors)} not, of which {len(equivalent)} equivalent. "
-          f"Score: {killed} / {counted} = {100 * killed / counted:.1f}% of the mutants that change behaviour.\n")  # fmt: skip
+          f"Score: {killed} / {counted} = {score:.1f}% of the mutants that change behaviour.\n")  # fmt: skip
     for name in survivors:
         diff = mutmut("show", name)
         changed = [line for line in diff.splitlines() if re.match(r"^[-+](?![-+])", line)]
