@@ -129,6 +129,9 @@ CASES = [
     ("paper_recipe", "classification", ["--train_file", "topics.csv"], ["--paper_recipe"],
      lambda t, c, d: (t.args.lr_scheduler_type, t.args.warmup_steps, t.args.label_smoothing_factor,
                       t.args.adam_beta2), ("inverse_sqrt", 4000, 0.1, 0.98), ("inverse_sqrt", 0.1, 0.0, 0.98)),
+    ("learning_rate", "classification", ["--train_file", "topics.csv"], ["--learning_rate", "0.001"],
+     lambda t, c, d: (round(t.args.learning_rate, 12), t.args.lr_scheduler_type, t.args.adam_beta2),
+     (0.001, "linear", 0.999), (round(64**-0.5 * 4000**-0.5, 12), "inverse_sqrt", 0.98)),
     ("paper_recipe-warmup_steps", "classification", ["--train_file", "topics.csv", "--paper_recipe"],
      ["--warmup_steps", "50"], lambda t, c, d: (t.args.warmup_steps, round(t.args.learning_rate, 9)),
      (50, round(64**-0.5 * 50**-0.5, 9)), (4000, round(64**-0.5 * 4000**-0.5, 9))),
@@ -173,7 +176,7 @@ CASES = [
      ["--source_lang", "de", "--target_lang", "en"], lambda t, c, d: first_text(t, d) == c["train"][0][
          "translation"]["de"], True, False),
     ("max_pair_tokens", "translation", ["--train_file", "pairs.jsonl"], ["--max_pair_tokens", "6"],
-     lambda t, c, d: len(d["train"]) < len(c["train"]) and max(lengths(d["train"])) <= 6, True, False),
+     lambda t, c, d: (len(d["train"]) == pairs_within(6), max(lengths(d["train"]))), (True, 6), (False, 12)),
     ("block_size", "causal-lm", ["--train_file", "lines.txt"], ["--block_size", "16"],
      lambda t, c, d: lengths(d["train"]), [16], None),
     ("keep_linebreaks", "causal-lm", ["--train_file", "lines.txt", "--block_size", "16"],
@@ -191,6 +194,19 @@ CASES = [
 ]  # fmt: skip
 
 
+def pairs_within(limit: int) -> int:
+    """The pairs of the translation file whose both sides are at most `limit` tokens long (with `</s>`), counted
+    with the tokenizer the run trained; `limit - 1` must give fewer, so that the boundary counts."""
+    tokenizer, pairs = CAPTURED["tokenizer"], CAPTURED["pairs"]
+
+    def count(bound: int) -> int:
+        return sum(len(tokenizer(pair["en"])["input_ids"]) <= bound
+                   and len(tokenizer(text_target=pair["de"])["input_ids"]) <= bound for pair in pairs)  # fmt: skip
+
+    assert count(limit - 1) < count(limit) < len(pairs)
+    return count(limit)
+
+
 def first_text_choice(trainer, dataset) -> str:
     return trainer.processing_class.decode(dataset["train"][0]["input_ids"][0], skip_special_tokens=True)
 
@@ -203,7 +219,9 @@ def run_case(task, data_flags, flags, files, tmp_path):
     argv = [str(files / part) if (files / part).is_file() else part for part in argv]
     trainer, corpus, dataset, data_args = prepared(task, argv, tmp_path)
     CAPTURED.clear()
-    CAPTURED.update(vars(data_args))
+    CAPTURED.update(vars(data_args), tokenizer=trainer.processing_class)
+    if "translation" in corpus["train"].column_names:
+        CAPTURED["pairs"] = corpus["train"]["translation"]
     return trainer, corpus, dataset
 
 
@@ -227,6 +245,7 @@ def test_each_flag_means_the_same_in_both_spellings(name, task, data_flags, flag
     underscored, with_dashes = parse(task, argv), parse(task, dashed(argv))
     for ours, theirs in zip(underscored[:3], with_dashes[:3], strict=True):
         assert fields(ours) == fields(theirs)
+    assert underscored[3] == with_dashes[3]  # the recipe, which reads the flags given
 
 
 def fields(arguments) -> dict:

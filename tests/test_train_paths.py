@@ -4,6 +4,7 @@ training data, and the scripts' files and metric names read back against what wa
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -372,3 +373,123 @@ def test_an_image_classifier_is_configured_with_the_label_columns_class_names(tm
     config = prepare("image-classification", *arguments)[0].model.config
     names = [str(digit) for digit in range(10)]
     assert config.id2label == dict(enumerate(names)) and config.label2id == {name: i for i, name in enumerate(names)}
+
+
+def test_the_translation_baseline_is_the_unigram_loss_of_the_targets_and_the_copied_sources_bleu():
+    """Training targets 5 6 6 and 7 (padding -100 left out) over a vocabulary of 10, add-one: validation targets 6
+    and 9 cost log(14/3) and log(14/1). Copying the validation sources scores sacreBLEU's and chrF's own numbers for
+    those sources against the validation targets (not the training ones)."""
+    import math
+    import types
+
+    import sacrebleu
+    from helpers import word_tokenizer
+
+    from aiayn.tasks.translation import translation_baseline
+
+    tokenizer = word_tokenizer()
+    ids = {text: tokenizer(text)["input_ids"] for text in ("w3 w4 w5 w6", "w7 w8 w9 w10 w11", "w3 w4 w5 w9",
+                                                           "w7 w8 w12 w10 w11")}  # fmt: skip
+    train = datasets.Dataset.from_dict({"input_ids": [[1], [1]], "labels": [[5, 6, 6, -100], [7]]})
+    validation = datasets.Dataset.from_dict({"input_ids": [ids["w3 w4 w5 w6"], ids["w7 w8 w9 w10 w11"]],
+                                             "labels": [[6, -100], [9]]})  # fmt: skip
+    args = types.SimpleNamespace(predict_with_generate=False)
+    trainer = types.SimpleNamespace(
+        train_dataset=train,
+        eval_dataset=validation,
+        args=args,
+        processing_class=tokenizer,
+        model=types.SimpleNamespace(config=types.SimpleNamespace(vocab_size=10)),
+    )
+    loss = (math.log(14 / 3) + math.log(14 / 1)) / 2
+    assert translation_baseline(trainer, None, None) == pytest.approx({"eval_baseline_loss": loss})
+    trainer.args.predict_with_generate = True
+    trainer.eval_dataset = validation.map(lambda e, i: {"labels": list(ids.values())[2 + i]}, with_indices=True)
+    sources, references = ["w3 w4 w5 w6", "w7 w8 w9 w10 w11"], ["w3 w4 w5 w9", "w7 w8 w12 w10 w11"]
+    scores = translation_baseline(trainer, None, None)
+    assert scores["eval_baseline_bleu"] == pytest.approx(sacrebleu.corpus_bleu(sources, [references]).score)
+    assert scores["eval_baseline_chrf"] == pytest.approx(sacrebleu.corpus_chrf(sources, [references]).score)
+    assert 0 < scores["eval_baseline_bleu"] < 100
+
+
+def test_the_summarization_baseline_scores_the_validation_sources_as_their_own_summaries():
+    """ "the cat sat on the mat" against "the cat lay on the mat": ROUGE-1 and -L 5/6, ROUGE-2 3/5 (the training
+    pair, a perfect copy, would score 100); none without generation."""
+    import types
+
+    from aiayn.tasks.summarization import summarization_baseline
+
+    corpus = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"document": ["a dog"], "summary": ["a dog"]}),
+        validation=datasets.Dataset.from_dict({"document": ["the cat sat on the mat"],
+                                               "summary": ["the cat lay on the mat"]}),
+    )  # fmt: skip
+    data_args = DataArguments(text_column="document", summary_column="summary")
+    trainer = types.SimpleNamespace(args=types.SimpleNamespace(predict_with_generate=True))
+    scores = summarization_baseline(trainer, corpus, data_args)
+    assert scores == pytest.approx({"eval_baseline_rouge1": 500 / 6, "eval_baseline_rouge2": 60.0,
+                                    "eval_baseline_rougeL": 500 / 6, "eval_baseline_rougeLsum": 500 / 6})  # fmt: skip
+    trainer.args.predict_with_generate = False
+    assert summarization_baseline(trainer, corpus, data_args) == {}
+
+
+def test_a_left_padding_tokenizer_puts_the_context_first_and_labels_the_same_answer():
+    """With `padding_side="left"` the pair is (context, question), truncated on the context: the answer's tokens are
+    found in the first sequence and their offsets still cut the answer out of the context."""
+    from aiayn.tasks.question_answering import question_answering_features
+    from aiayn.tokenization import train_tokenizer
+
+    context = "Anna met Ben in Paris . Ben stayed in Rome ."
+    tokenizer = train_tokenizer("encoder", [context, "Where did Ben stay ?"] * 20, 60)
+    examples = {"id": ["q"], "question": ["Where did Ben stay ?"], "context": [context],
+                "answers": [{"text": ["Rome"], "answer_start": [context.index("Rome")]}]}  # fmt: skip
+    found = {}
+    for side in ("right", "left"):
+        tokenizer.padding_side = side
+        features = question_answering_features(examples, tokenizer, qa_args(block_size=64, doc_stride=8))
+        offsets, start, end = (features[key][0] for key in ("offset_mapping", "start_positions", "end_positions"))
+        found[side] = (context[offsets[start][0] : offsets[end][1]], features.sequence_ids(0)[start])
+    assert found == {"right": ("Rome", 1), "left": ("Rome", 0)}
+
+
+def splits_with(split: str, good: list[dict], bad: list[dict]) -> datasets.DatasetDict:
+    """Train, validation and test splits of `good` rows, `split` of `bad` ones."""
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(bad if name == split else good)
+                                 for name in ("train", "validation", "test")})  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_each_tasks_own_checks_name_the_split(split):
+    """The refusals the tasks' checks promise, each in the split that holds the fault: a tag list of another length
+    than its words, an ending missing or empty, a right ending out of range, a question without an id, a question
+    without an answer outside SQuAD v2."""
+    from aiayn.tasks.multiple_choice import check_choices
+    from aiayn.tasks.question_answering import check_answers
+    from aiayn.tasks.token_classification import check_tags
+
+    tagged = [{"tokens": ["Anna", "sang"], "ner_tags": ["B-PER", "O"]}] * 3
+    short = [*tagged[:2], {"tokens": ["Anna", "sang", "well"], "ner_tags": ["B-PER", "O"]}]
+    ner = DataArguments(text_column="tokens", label_column="ner_tags")
+    with pytest.raises(ValueError, match=f"Example 2 of the {split} data has 3 words and 2 tags"):
+        check_tags(splits_with(split, tagged, short), ner)
+
+    swag = [{"sent1": "a", "sent2": "b", "ending0": "c", "ending1": "d", "label": 1}] * 3
+    swag_args = DataArguments(context_column="sent1", question_column="sent2", label_column="label")
+    for bad, message in (
+        ([*swag[:2], {**swag[0], "label": 2}], f"The {split} data's labels run from 1 to 2; with 2 endings"),
+        ([*swag[:2], {**swag[0], "label": -1}], f"The {split} data's labels run from -1 to 1; with 2 endings"),
+        ([*swag[:2], {**swag[0], "ending1": None}], f"the {split} data has no ending1 (or an empty one)"),
+        ([{k: v for k, v in row.items() if k != "ending1"} for row in swag], f"the {split} data's columns are"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_choices(splits_with(split, swag, bad), swag_args)
+
+    squad = [{"id": str(i), "question": "?", "context": "Ben met Anna", "answers": {"text": ["Anna"],
+              "answer_start": [8]}} for i in range(3)]  # fmt: skip
+    unanswered = [*squad[:2], {**squad[2], "answers": {"text": [], "answer_start": []}}]
+    with pytest.raises(ValueError, match=re.escape(f"1 question(s) of the {split} data have no answer (ids ['2'])")):
+        check_answers(splits_with(split, squad, unanswered), qa_args())
+    check_answers(splits_with(split, squad, unanswered), qa_args(version_2_with_negative=True))
+    without_ids = [{k: v for k, v in row.items() if k != "id"} for row in squad]
+    with pytest.raises(ValueError, match=f"Question answering needs an 'id' column; the {split} data's columns"):
+        check_answers(splits_with(split, squad, without_ids), qa_args())
