@@ -493,3 +493,32 @@ def test_each_tasks_own_checks_name_the_split(split):
     without_ids = [{k: v for k, v in row.items() if k != "id"} for row in squad]
     with pytest.raises(ValueError, match=f"Question answering needs an 'id' column; the {split} data's columns"):
         check_answers(splits_with(split, squad, without_ids), qa_args())
+
+
+@pytest.mark.parametrize(("f1", "beats"), [(0.62, True), (0.30, False)])
+def test_a_runs_verdict_log_and_card_follow_the_headline_metric(tmp_path, monkeypatch, caplog, f1, beats):
+    """A tagger whose precision is below the baseline's: its F1 alone decides `eval_beats_baseline`, the warning
+    and the card's sentence (evaluation and baseline replaced by these numbers, the run itself real)."""
+    import dataclasses
+
+    from aiayn import training
+
+    scores = {"eval_loss": 1.0, "eval_f1": f1, "eval_precision": 0.3, "eval_recall": 0.564}
+    baseline = {"eval_baseline_f1": 0.356, "eval_baseline_precision": 0.9, "eval_baseline_recall": 0.221}
+    monkeypatch.setattr(training, "evaluate", lambda trainer: dict(scores))
+    task = dataclasses.replace(TASKS["token-classification"], baseline=lambda trainer, corpus, data_args: baseline)
+    monkeypatch.setitem(TASKS, "token-classification", task)
+    write_entities(tmp_path / "tags.jsonl", 20)
+    output = tmp_path / "tagger"
+    cli.main(["train", "token-classification", "--train_file", str(tmp_path / "tags.jsonl"), "--output_dir",
+              str(output), "--do_train", "--do_eval", *QUICK])  # fmt: skip
+    results = json.loads((output / "all_results.json").read_text())
+    card = (output / "README.md").read_text()
+    assert results["eval_beats_baseline"] is beats
+    assert ("does not beat the baseline" in caplog.text) is not beats
+    assert ("**This model does not beat the baseline that learns nothing** on F1 0.3 (baseline 0.356)" in card) is (
+        not beats
+    )
+    assert "Entity precision 0.3" not in card.split("## Evaluation")[1].split("|---|")[-1]
+    cli.main(["hub-folder", str(output), str(tmp_path / "hub")])  # the card again, from the results file
+    assert ("does not beat" in (tmp_path / "hub" / "README.md").read_text()) is not beats
