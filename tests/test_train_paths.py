@@ -2,13 +2,17 @@
 baselines by value, bad data refused in every split before anything is written, the scripts' commands without
 training data, and the scripts' files and metric names read back against what was scored."""
 
+import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
 import sys
+import types
 
 import datasets
+import numpy as np
 import pytest
 import transformers
 from task_files import write_classification_csv, write_entities, write_squad, write_summaries, write_swag
@@ -522,3 +526,229 @@ def test_a_runs_verdict_log_and_card_follow_the_headline_metric(tmp_path, monkey
     assert "Entity precision 0.3" not in card.split("## Evaluation")[1].split("|---|")[-1]
     cli.main(["hub-folder", str(output), str(tmp_path / "hub")])  # the card again, from the results file
     assert ("does not beat" in (tmp_path / "hub" / "README.md").read_text()) is not beats
+
+
+@pytest.mark.parametrize(
+    ("masked", "random_share", "loss_of", "accuracy"),
+    [(0.8, 0.1, lambda h: 0.9 * h + 0.2 * math.log(2), 0.8 / 2 + 0.1), (0.8, 0.0, lambda h: 0.8 * h, 0.8 / 2 + 0.2),
+     (1.0, 0.0, lambda h: h, 1.0 / 2), (0.5, 0.5, lambda h: h, 0.5 / 2)],
+)  # fmt: skip
+def test_the_masked_lm_baseline_by_hand(masked, random_share, loss_of, accuracy):
+    """Training tokens 5 5 6 over a vocabulary of 4 (add-one: 3/7, 2/7), validation 5 6: at [MASK] the unigram
+    cross-entropy H = (log(7/3) + log(7/2)) / 2 and the most frequent token, 5, right once in two. BERT's 80/10/10
+    puts 1/2 on the visible token (kept 0.1 against random 0.1): 0.9 H + 0.1 log 2 + 0.1 log 2; without random tokens
+    the visible token is certain (0.8 H); with nothing kept or nothing random, H alone."""
+    from aiayn.baselines import masked_lm_baselines
+
+    entropy = (math.log(7 / 3) + math.log(7 / 2)) / 2
+    scores = masked_lm_baselines([5, 5, 6], [5, 6], 4, masked, random_share)
+    loss = loss_of(entropy)
+    expected = {"eval_loss": loss, "eval_perplexity": math.exp(loss), "eval_accuracy": accuracy}
+    assert scores == pytest.approx(expected, rel=1e-12)
+
+
+# The metrics' own settings.
+
+
+def test_metric_settings_stemming_zero_division_references_and_word_order():
+    """ROUGE stems ("dogs barked" is "dog barks"); seqeval scores 0, not 1, where nothing was predicted or nothing is
+    there to find, overall and per type; sacreBLEU reads several references per prediction as streams and refuses
+    uneven ones, and its signature names 13a; chrF++ is `word_order=2`; unequal prediction and reference lists and a
+    missing library are errors that say so; a perplexity past a float's range is infinite."""
+    import sacrebleu
+
+    from aiayn.metrics import ChrF, Rouge, SacreBleu, Seqeval, _library, perplexity
+
+    assert Rouge().compute(predictions=["the dogs barked"], references=["the dog barks"])["rouge1"] == 100.0
+    with pytest.raises(ValueError):
+        Rouge().compute(predictions=["a", "b"], references=["a"])
+    nothing = Seqeval().compute(predictions=[["O", "O"]], references=[["B-PER", "O"]], entity_level=True)
+    assert (nothing["precision"], nothing["recall"], nothing["f1"], nothing["PER_precision"]) == (0, 0, 0, 0)
+    spurious = Seqeval().compute(predictions=[["B-LOC", "O"]], references=[["O", "O"]], entity_level=True)
+    assert (spurious["recall"], spurious["LOC_recall"]) == (0, 0)
+    hypotheses = ["the cat sat on the mat", "a dog ran"]
+    references = [["the cat sat on a mat", "a cat sat on the mat"], ["a dog ran off", "the dog ran"]]
+    bleu = SacreBleu().compute(predictions=hypotheses, references=references)
+    streams = [[refs[0] for refs in references], [refs[1] for refs in references]]
+    assert bleu["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, streams).score)
+    assert "tok:13a" in bleu["signature"]
+    with pytest.raises(ValueError, match="sacreBLEU needs the same number of references for every prediction"):
+        SacreBleu().compute(predictions=hypotheses, references=[references[0], references[1][:1]])
+    chrf_plus = ChrF().compute(predictions=hypotheses, references=references, word_order=2)["chrf"]
+    assert chrf_plus == pytest.approx(sacrebleu.corpus_chrf(hypotheses, streams, word_order=2).score)
+    assert chrf_plus != pytest.approx(ChrF().compute(predictions=hypotheses, references=references)["chrf"])
+    with pytest.raises(ImportError, match=r"This metric needs some-package: pip install 'aiayn\[train\]'"):
+        _library("no_such_module_here", "some-package")
+    assert perplexity(2.0) == math.exp(2.0) and perplexity(1000.0) == math.inf
+
+
+# The functions the end-to-end runs call: by value, on inputs built by hand.
+
+
+def test_the_predictions_files_of_tags_choices_and_generated_texts(tmp_path):
+    """predictions.txt: the argmax tag at each scored position, a line per example; predict_results.txt: each
+    example's index and chosen ending; generated_predictions.txt: the decoded texts, -100 read as padding, special
+    tokens left out, one a line (an error without --predict_with_generate)."""
+    import types
+
+    import numpy as np
+    from helpers import word_tokenizer
+
+    from aiayn.tasks.generation import write_generated_predictions
+    from aiayn.tasks.multiple_choice import write_choice_predictions
+    from aiayn.tasks.token_classification import write_tag_predictions
+
+    tags = {0: "O", 1: "B-PER", 2: "I-PER"}
+    trainer = types.SimpleNamespace(model=types.SimpleNamespace(config=types.SimpleNamespace(id2label=tags)))
+    logits = np.eye(3)[[[1, 2, 0, 0], [0, 1, 1, 2]]]
+    output = types.SimpleNamespace(predictions=logits, label_ids=np.array([[1, -100, 0, 0], [-100, 1, 0, -100]]))
+    write_tag_predictions(output, trainer, None, None, None, str(tmp_path))
+    assert (tmp_path / "predictions.txt").read_text() == "B-PER O O\nB-PER B-PER\n"
+    choices = types.SimpleNamespace(predictions=np.array([[0.1, 0.9, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 3.0]]))
+    write_choice_predictions(choices, None, None, None, None, str(tmp_path))
+    assert (tmp_path / "predict_results.txt").read_text() == "index\tprediction\n0\t1\n1\t0\n2\t2\n"
+    tokenizer = word_tokenizer()
+    generated = np.array([[0, 5, 6, 2, -100], [0, 7, 2, 0, 0]])  # the decoder's start (pad), text, </s>, padding
+    trainer = types.SimpleNamespace(args=types.SimpleNamespace(predict_with_generate=True), processing_class=tokenizer)
+    write_generated_predictions(types.SimpleNamespace(predictions=generated), trainer, None, None, None, str(tmp_path))
+    assert (tmp_path / "generated_predictions.txt").read_text() == "w5 w6\nw7"
+    trainer.args.predict_with_generate = False
+    with pytest.raises(ValueError, match="give --predict_with_generate"):
+        write_generated_predictions(types.SimpleNamespace(predictions=generated), trainer, None, None, None, "x")
+
+
+def test_masked_token_accuracy_bleu_chrf_and_the_linear_pixel_baseline():
+    """The masked LM's accuracy counts the positions with a label (2 of 3 right; the -100 ones, wrong, not counted)
+    from the logits' argmax; translation's BLEU and chrF are sacreBLEU's of the decoded texts; the linear baseline
+    separates pixels a threshold separates and misses the one on the wrong side (2 of 3)."""
+    import numpy as np
+    import sacrebleu
+    import torch
+    from helpers import word_tokenizer
+
+    from aiayn.baselines import linear_classifier_accuracy
+    from aiayn.tasks.masked_lm import argmax_logits, masked_accuracy
+    from aiayn.tasks.translation import bleu_and_chrf
+
+    logits = torch.tensor([[[0.0, 2.0, 1.0], [3.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 5.0, 0.0]]])
+    predictions = argmax_logits(logits, None)
+    assert predictions.tolist() == [[1, 0, 2, 1]]
+    labels = np.array([[1, -100, 0, 1]])
+    assert masked_accuracy(transformers.EvalPrediction(predictions=predictions.numpy(), label_ids=labels)) == {
+        "accuracy": 2 / 3
+    }
+    tokenizer = word_tokenizer()
+    hypotheses, references = ["w5 w6 w7 w8 w9", "w10 w11 w12"], ["w5 w6 w7 w8 w10", "w10 w11 w13"]
+    ids = [tokenizer(text)["input_ids"] for text in (*hypotheses, *references)]
+    generated = np.array([[0, *ids[0]], [0, *ids[1], -100, -100]])
+    label_ids = np.array([ids[2], [*ids[3], -100, -100]])
+    scores = bleu_and_chrf(tokenizer)(transformers.EvalPrediction(predictions=generated, label_ids=label_ids))
+    assert scores == pytest.approx({"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+                                    "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score})  # fmt: skip
+    assert 0 < scores["bleu"] < 100
+    train = np.array([[[0.0]], [[1.0]], [[10.0]], [[11.0]]])
+    accuracy = linear_classifier_accuracy(train, np.array([0, 0, 1, 1]), np.array([[[0.5]], [[10.5]], [[0.2]]]),
+                                          np.array([0, 1, 1]))  # fmt: skip
+    assert accuracy == pytest.approx(2 / 3)
+
+
+def test_multiple_choice_features_pair_the_context_with_each_ending_and_group_them_by_example():
+    """Each example's endings as (context, start + ending) pairs in their order, cut to `--max_seq_length`, unpadded
+    unless `--pad_to_max_length`; `labels` the right ending; the collator pads them into (examples, endings, tokens);
+    a test split without labels has none."""
+    from aiayn.tasks.multiple_choice import multiple_choice_collator, multiple_choice_dataset
+    from aiayn.tokenization import train_tokenizer
+
+    rows = [{"sent1": "the cat sat", "sent2": "then it", "ending0": "slept", "ending1": "ran far away today",
+             "ending2": "ate", "label": 1},
+            {"sent1": "a dog ran in the park", "sent2": "and", "ending0": "barked", "ending1": "sat",
+             "ending2": "jumped over the fence", "label": 2}]  # fmt: skip
+    tokenizer = train_tokenizer("encoder", [" ".join(map(str, row.values())) for row in rows] * 20, 200)
+    unlabelled = [{k: v for k, v in row.items() if k != "label"} for row in rows]
+    corpus = datasets.DatasetDict(train=datasets.Dataset.from_list(rows), test=datasets.Dataset.from_list(unlabelled))
+    data_args = DataArguments(context_column="sent1", question_column="sent2", label_column="label", block_size=12)
+    features = multiple_choice_dataset(corpus, tokenizer, None, data_args)
+    expected = [[tokenizer(row["sent1"], f"{row['sent2']} {row[f'ending{i}']}", max_length=12, truncation=True)
+                 ["input_ids"] for i in range(3)] for row in rows]  # fmt: skip
+    assert features["train"]["input_ids"] == expected and features["train"]["labels"] == [1, 2]
+    assert len({len(ids) for choices in expected for ids in choices}) > 1 and max(map(len, expected[1])) == 12
+    assert "labels" not in features["test"].column_names and features["test"]["input_ids"] == expected
+    padded = multiple_choice_dataset(corpus, tokenizer, None, dataclasses.replace(data_args, pad_to_max_length=True))
+    assert {len(ids) for choices in padded["train"]["input_ids"] for ids in choices} == {12}
+    batch = multiple_choice_collator(tokenizer, None, data_args, 0)(list(features["train"]))
+    assert tuple(batch["input_ids"].shape) == (2, 3, 12) and batch["labels"].tolist() == [1, 2]
+
+
+def test_tagging_features_are_cut_to_the_length_and_padded_only_on_request():
+    from aiayn.tasks.token_classification import token_classification_collator, token_classification_dataset
+    from aiayn.tokenization import train_tokenizer
+
+    rows = [{"tokens": ["Anna", "met", "Ben", "in", "Paris", "today"],
+             "ner_tags": ["B-PER", "O", "B-PER", "O", "B-LOC", "O"]},
+            {"tokens": ["Anna", "sang"], "ner_tags": ["B-PER", "O"]}]  # fmt: skip
+    tokenizer = train_tokenizer("encoder", [" ".join(row["tokens"]) for row in rows] * 20, 60)
+    label2id = {"B-LOC": 0, "B-PER": 1, "O": 2}
+    model = types.SimpleNamespace(config=types.SimpleNamespace(label2id=label2id))
+    corpus = datasets.DatasetDict(train=datasets.Dataset.from_list(rows))
+    data_args = DataArguments(text_column="tokens", label_column="ner_tags", block_size=5)
+    features = token_classification_dataset(corpus, tokenizer, model, data_args)["train"]
+    assert [len(ids) for ids in features["input_ids"]] == [5, 4]
+    assert features["labels"][1] == [-100, 1, 2, -100]
+    padded = token_classification_dataset(
+        corpus, tokenizer, model, dataclasses.replace(data_args, pad_to_max_length=True)
+    )
+    assert [len(ids) for ids in padded["train"]["input_ids"]] == [5, 5]
+    batch = token_classification_collator(tokenizer, None, data_args, 0)(list(features))
+    assert batch["labels"].tolist()[1] == [-100, 1, 2, -100, -100]  # padded labels are not scored
+    tokenizer_tags = datasets.Dataset.from_list(rows).cast_column(
+        "ner_tags", datasets.Sequence(datasets.ClassLabel(names=["O", "B-PER", "B-LOC"]))
+    )
+    from aiayn.tasks.token_classification import tag_names
+
+    assert tag_names(datasets.DatasetDict(train=tokenizer_tags), data_args) == ["O", "B-PER", "B-LOC"]
+    large = datasets.Dataset.from_list(rows).cast_column("ner_tags", datasets.Sequence(datasets.Value("large_string")))
+    assert tag_names(datasets.DatasetDict(train=large), data_args) == ["B-LOC", "B-PER", "O"]
+    floats = datasets.Dataset.from_dict({"tokens": [["a", "b"]], "ner_tags": [[0.5, 1.5]]})
+    with pytest.raises(ValueError, match="needs a list of tags .strings or integers. per example in the label column"):
+        tag_names(datasets.DatasetDict(train=floats), data_args)
+
+
+def test_the_tag_baseline_counts_each_words_tags_not_the_first_seen():
+    """ "Paris" is B-PER first, then B-LOC twice: B-LOC; overall, O is first but B-LOC most frequent."""
+    from aiayn.tasks.token_classification import most_frequent_tags
+
+    words = [["and", "Paris"], ["Paris"], ["Paris", "Rome"]]
+    tags = [["O", "B-PER"], ["B-LOC"], ["B-LOC", "B-LOC"]]
+    assert most_frequent_tags(words, tags) == ({"and": "O", "Paris": "B-LOC", "Rome": "B-LOC"}, "B-LOC")
+
+
+def test_image_features_carry_their_labels_only_where_scored():
+    from PIL import Image
+
+    from aiayn.tasks.image_classification import image_classification_dataset
+    from aiayn.tasks.masked_image_modeling import masked_image_dataset
+
+    images = [Image.new("RGB", (4, 4), (i * 60, 0, 0)) for i in range(3)]
+    split = datasets.Dataset.from_dict({"image": images, "label": [2, 0, 1]})
+    corpus = datasets.DatasetDict(train=split)
+    processor = transformers.ViTImageProcessor(size={"height": 4, "width": 4})
+    data_args = DataArguments(image_column="image", label_column="label")
+    labelled = image_classification_dataset(corpus, processor, None, data_args)["train"][:]
+    assert labelled["labels"].tolist() == [2, 0, 1] and tuple(labelled["pixel_values"].shape) == (3, 3, 4, 4)
+    assert labelled["pixel_values"][1, 0, 0, 0].item() == pytest.approx(60 / 255 / 0.5 - 1)
+    assert masked_image_dataset(corpus, processor, None, data_args)["train"].column_names == ["pixel_values"]
+
+
+def test_translations_metrics_are_bleu_and_chrf_where_the_evaluation_generates(tmp_path):
+    from helpers import word_tokenizer
+
+    from aiayn.tasks.translation import translation_metrics
+
+    tokenizer = word_tokenizer()
+    generating = transformers.Seq2SeqTrainingArguments(str(tmp_path), predict_with_generate=True, report_to="none")
+    compute = translation_metrics(tokenizer, generating, None, None, None, None, "validation")["compute_metrics"]
+    ids = np.array([tokenizer("w5 w6 w7 w8")["input_ids"]])
+    scores = compute(transformers.EvalPrediction(predictions=ids, label_ids=ids))
+    assert scores == pytest.approx({"bleu": 100.0, "chrf": 100.0})
+    plain = transformers.Seq2SeqTrainingArguments(str(tmp_path), report_to="none")
+    assert translation_metrics(tokenizer, plain, None, None, None, None, "validation") == {}

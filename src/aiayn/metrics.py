@@ -264,5 +264,9 @@ class SquadV2(evaluate.Metric):
 
 
 def perplexity(mean_cross_entropy: float) -> float:
-    """`exp` of the mean per-token cross-entropy in nats (e.g. a Trainer's `eval_loss`)."""
-    return math.exp(mean_cross_entropy) if mean_cross_entropy < 700 else float("inf")
+    """`exp` of the mean per-token cross-entropy in nats (e.g. a Trainer's `eval_loss`); infinite past a float's
+    range."""
+    try:
+        return math.exp(mean_cross_entropy)
+    except OverflowError:
+        return math.inf
