@@ -477,13 +477,25 @@ def test_each_tasks_own_checks_name_the_split(split):
     with pytest.raises(ValueError, match=f"Example 2 of the {split} data has 3 words and 2 tags"):
         check_tags(splits_with(split, tagged, short), ner)
 
-    swag = [{"sent1": "a", "sent2": "b", "ending0": "c", "ending1": "d", "label": 1}] * 3
+    swag = [{"sent1": "a", "sent2": "b", "ending0": "c", "ending1": "d", "ending2": "e", "label": 1}] * 3
     swag_args = DataArguments(context_column="sent1", question_column="sent2", label_column="label")
+    needs = "Multiple choice needs the columns ending0, ending1, ending2 in every split; "
     for bad, message in (
-        ([*swag[:2], {**swag[0], "label": 2}], f"The {split} data's labels run from 1 to 2; with 2 endings"),
-        ([*swag[:2], {**swag[0], "label": -1}], f"The {split} data's labels run from -1 to 1; with 2 endings"),
-        ([*swag[:2], {**swag[0], "ending1": None}], f"the {split} data has no ending1 (or an empty one)"),
+        (
+            [*swag[:2], {**swag[0], "label": 3}],
+            f"The {split} data's labels run from 1 to 3; with 3 endings they are 0 ... 2.",
+        ),
+        ([*swag[:2], {**swag[0], "label": -1}], f"The {split} data's labels run from -1 to 1; with 3 endings"),
+        (
+            [*swag[:2], {**swag[0], "ending1": None}],
+            f"{needs}the {split} data has no ending1 (or an empty one) in some rows.",
+        ),
         ([{k: v for k, v in row.items() if k != "ending1"} for row in swag], f"the {split} data's columns are"),
+        (
+            [{**row, "label": "first"} for row in swag],
+            "Multiple choice needs the index of the right ending (an "
+            "integer) in the label column 'label'; it holds Value('string'",
+        ),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             check_choices(splits_with(split, swag, bad), swag_args)
@@ -752,3 +764,40 @@ def test_translations_metrics_are_bleu_and_chrf_where_the_evaluation_generates(t
     assert scores == pytest.approx({"bleu": 100.0, "chrf": 100.0})
     plain = transformers.Seq2SeqTrainingArguments(str(tmp_path), report_to="none")
     assert translation_metrics(tokenizer, plain, None, None, None, None, "validation") == {}
+
+
+def test_the_endings_are_read_in_their_numbers_order_and_nothing_else():
+    from aiayn.tasks.multiple_choice import ending_columns
+
+    columns = {f"ending{i}": ["x"] for i in (10, 2, 0, 1, 11, 3, 4, 5, 6, 7, 8, 9)}
+    dataset = datasets.Dataset.from_dict({"sent1": ["a"], "option12": ["y"], "endings": ["z"], **columns})
+    assert ending_columns(dataset) == [f"ending{i}" for i in range(12)]
+
+
+def test_the_masks_of_masked_lm_are_a_function_of_the_seed_and_the_batch():
+    from aiayn.tasks.masked_lm import masked_lm_collator
+    from aiayn.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer("encoder", ["the cat sat on the mat and the dog ran in the park"] * 20, 60)
+    batch = [{"input_ids": tokenizer("the cat sat on the mat and the dog ran in the park")["input_ids"]}] * 4
+    data_args = DataArguments(mlm_probability=0.5)
+
+    def masks(seed: int) -> list:
+        return masked_lm_collator(tokenizer, None, data_args, seed)(batch)["labels"].tolist()
+
+    assert masks(3) == masks(3) and masks(3) != masks(4)
+
+
+def test_a_single_image_is_processed_as_a_batch_of_one():
+    from PIL import Image
+
+    from aiayn.tasks.image_classification import image_classification_dataset
+
+    corpus = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"image": [Image.new("RGB", (4, 4))], "label": [0]})
+    )
+    processor = transformers.ViTImageProcessor(size={"height": 4, "width": 4})
+    processed = image_classification_dataset(
+        corpus, processor, None, DataArguments(image_column="image", label_column="label")
+    )
+    assert tuple(processed["train"][:]["pixel_values"].shape) == (1, 3, 4, 4)
