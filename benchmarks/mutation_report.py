@@ -18,6 +18,23 @@ import sys
 # else what no test asserts.
 WHY: dict[str, str] = {}
 
+# Kinds of survivor read once for all their mutants: a pattern of the mutated line (its "+" side) and why it
+# survives.
+KINDS = [
+    (
+        r'desc=("(XX)?[Tt]okenizing(XX)?"|"TOKENIZING"|"(XX)?[Pp]rocessing(XX)?"|"PROCESSING"|None)',
+        "equivalent: the label of datasets' progress bar",
+    ),
+    (
+        r"^\s*(description|citation|inputs_description)=",
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries",
+    ),
+    (
+        r"zip\(.*(strict=(None|False)|, )\)",
+        "equivalent: `zip(strict=True)` is a guard; every caller passes sequences of one length (checked before)",
+    ),
+]
+
 
 def mutmut(*arguments: str) -> str:
     return subprocess.run([sys.executable, "-m", "mutmut", *arguments], capture_output=True, text=True,
@@ -48,9 +65,14 @@ def main() -> None:
         by_file[module_of(name)][outcome] += 1
     kinds = sorted({outcome for counts in by_file.values() for outcome in counts})
     survivors = sorted(name for name, outcome in found.items() if outcome not in ("killed", "timeout"))
-    equivalent = [name for name in survivors if WHY.get(name, "").startswith("equivalent")]
+    diffs = {name: changed_lines(name) for name in survivors}
+    why = {name: WHY.get(name) or kind_of(diffs[name]) for name in survivors}
+    equivalent = [name for name in survivors if why[name].startswith("equivalent")]
     killed = sum(outcome in ("killed", "timeout") for outcome in found.values())
     counted = len(found) - len(equivalent)
+    print("# Surviving mutants\n\nWritten by `make mutation` (`benchmarks/mutation_report.py`) from its last run: "
+          "each file's mutants by outcome, the score, and each mutant no test killed with why ([the mutation "
+          "score](mutation.md)).\n")  # fmt: skip
     print("| file | " + " | ".join(kinds) + " |")
     print("|---|" + "---|" * len(kinds))
     for path, counts in sorted(by_file.items()):
@@ -59,10 +81,20 @@ def main() -> None:
     print(f"\n{len(found)} mutants: {killed} killed, {len(survivors)} not, of which {len(equivalent)} equivalent. "
           f"Score: {killed} / {counted} = {score:.1f}% of the mutants that change behaviour.\n")  # fmt: skip
     for name in survivors:
-        diff = mutmut("show", name)
-        changed = [line for line in diff.splitlines() if re.match(r"^[-+](?![-+])", line)]
-        print(f"- `{name}` ({found[name]}): {WHY.get(name, 'not yet read')}")
-        print("  ```diff\n" + "\n".join(f"  {line}" for line in changed) + "\n  ```")
+        print(f"- `{name}` ({found[name]}): {why[name]}")
+        print("  ```diff\n" + "\n".join(f"  {line}" for line in diffs[name]) + "\n  ```")
+
+
+def changed_lines(name: str) -> list[str]:
+    """The removed and added lines of a mutant's diff."""
+    return [line for line in mutmut("show", name).splitlines() if re.match(r"^[-+](?![-+])", line)]
+
+
+def kind_of(changed: list[str]) -> str:
+    """The reason of the first kind (`KINDS`) whose pattern an added line matches, else "not yet read"."""
+    added = [line[1:] for line in changed if line.startswith("+")]
+    return next((reason for pattern, reason in KINDS if any(re.search(pattern, line) for line in added)),
+                "not yet read")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -392,8 +392,8 @@ def test_the_translation_baseline_is_the_unigram_loss_of_the_targets_and_the_cop
     from aiayn.tasks.translation import translation_baseline
 
     tokenizer = word_tokenizer()
-    ids = {text: tokenizer(text)["input_ids"] for text in ("w3 w4 w5 w6", "w7 w8 w9 w10 w11", "w3 w4 w5 w9",
-                                                           "w7 w8 w12 w10 w11")}  # fmt: skip
+    texts = ("w3 w4 w5 w6", "w7 w8 w9 w10 w11", "w3 w4 w5 w9", "w7 w8 w12 w10 w11")
+    ids = {text: [*tokenizer(text)["input_ids"], tokenizer.eos_token_id] for text in texts}  # ended by </s>
     train = datasets.Dataset.from_dict({"input_ids": [[1], [1]], "labels": [[5, 6, 6, -100], [7]]})
     validation = datasets.Dataset.from_dict({"input_ids": [ids["w3 w4 w5 w6"], ids["w7 w8 w9 w10 w11"]],
                                              "labels": [[6, -100], [9]]})  # fmt: skip
@@ -543,7 +543,8 @@ def test_a_runs_verdict_log_and_card_follow_the_headline_metric(tmp_path, monkey
 @pytest.mark.parametrize(
     ("masked", "random_share", "loss_of", "accuracy"),
     [(0.8, 0.1, lambda h: 0.9 * h + 0.2 * math.log(2), 0.8 / 2 + 0.1), (0.8, 0.0, lambda h: 0.8 * h, 0.8 / 2 + 0.2),
-     (1.0, 0.0, lambda h: h, 1.0 / 2), (0.5, 0.5, lambda h: h, 0.5 / 2)],
+     (1.0, 0.0, lambda h: h, 1.0 / 2), (0.5, 0.5, lambda h: h, 0.5 / 2),
+     (0.5, 0.25, lambda h: 0.75 * h + 0.5 * math.log(2), 0.5 / 2 + 0.25)],
 )  # fmt: skip
 def test_the_masked_lm_baseline_by_hand(masked, random_share, loss_of, accuracy):
     """Training tokens 5 5 6 over a vocabulary of 4 (add-one: 3/7, 2/7), validation 5 6: at [MASK] the unigram
@@ -557,6 +558,8 @@ def test_the_masked_lm_baseline_by_hand(masked, random_share, loss_of, accuracy)
     loss = loss_of(entropy)
     expected = {"eval_loss": loss, "eval_perplexity": math.exp(loss), "eval_accuracy": accuracy}
     assert scores == pytest.approx(expected, rel=1e-12)
+    if (masked, random_share) == (0.8, 0.1):  # BERT's masking is the default
+        assert masked_lm_baselines([5, 5, 6], [5, 6], 4) == scores
 
 
 # The metrics' own settings.
@@ -625,7 +628,9 @@ def test_the_predictions_files_of_tags_choices_and_generated_texts(tmp_path):
     write_generated_predictions(types.SimpleNamespace(predictions=generated), trainer, None, None, None, str(tmp_path))
     assert (tmp_path / "generated_predictions.txt").read_text() == "w5 w6\nw7"
     trainer.args.predict_with_generate = False
-    with pytest.raises(ValueError, match="give --predict_with_generate"):
+    with pytest.raises(
+        ValueError, match="^--do_predict writes generated texts: give --predict_with_generate, as the scripts need.$"
+    ):
         write_generated_predictions(types.SimpleNamespace(predictions=generated), trainer, None, None, None, "x")
 
 
@@ -658,9 +663,10 @@ def test_masked_token_accuracy_bleu_chrf_and_the_linear_pixel_baseline():
     assert scores == pytest.approx({"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
                                     "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score})  # fmt: skip
     assert 0 < scores["bleu"] < 100
-    train = np.array([[[0.0]], [[1.0]], [[10.0]], [[11.0]]])
-    accuracy = linear_classifier_accuracy(train, np.array([0, 0, 1, 1]), np.array([[[0.5]], [[10.5]], [[0.2]]]),
-                                          np.array([0, 1, 1]))  # fmt: skip
+    train = np.array([[[0.0, 0.0]], [[1.0, 1.0]], [[10.0, 10.0]], [[11.0, 11.0]]])  # images of 1 x 2 pixels
+    accuracy = linear_classifier_accuracy(
+        train, np.array([0, 0, 1, 1]), np.array([[[0.5, 0.5]], [[10.5, 10.5]], [[0.2, 0.2]]]), np.array([0, 1, 1])
+    )
     assert accuracy == pytest.approx(2 / 3)
 
 
