@@ -359,10 +359,13 @@ def test_the_answer_flags_pick_the_answer_written_to_eval_predictions(files, tmp
     (tmp_path / "one.json").write_text(json.dumps({"data": [row]}))
     context = row["context"]
 
-    def answer(flags: list[str]) -> str:
+    renamed = [{"passage" if key == "context" else key: value for key, value in r.items()} for r in [row, *squad]]
+    (tmp_path / "one-passage.json").write_text(json.dumps({"data": renamed[:1]}))
+    (tmp_path / "passages.json").write_text(json.dumps({"data": renamed[1:]}))
+
+    def answer(flags: list[str], train: str = str(files / "squad.json"), one: str = str(tmp_path / "one.json")) -> str:
         folder = tmp_path / str(len(list(tmp_path.iterdir())))
-        trainer, _, dataset, _ = prepared("question-answering", ["--train_file", str(files / "squad.json"),
-                                                                 "--validation_file", str(tmp_path / "one.json"),
+        trainer, _, dataset, _ = prepared("question-answering", ["--train_file", train, "--validation_file", one,
                                                                  "--max_seq_length", "64", "--doc_stride", "16",
                                                                  *flags], folder)  # fmt: skip
         offsets = dataset["validation"][0]["offset_mapping"]
@@ -384,3 +387,7 @@ def test_the_answer_flags_pick_the_answer_written_to_eval_predictions(files, tmp
     assert answer(["--n_best_size", "1"]) == "in Kuala Lumpur"
     assert answer(["--version_2_with_negative", "--null_score_diff_threshold", "-30"]) == ""
     assert answer(["--version_2_with_negative", "--null_score_diff_threshold", "-28"]) == "in Kuala Lumpur"
+    passage = answer(
+        ["--context_column_name", "passage"], str(tmp_path / "passages.json"), str(tmp_path / "one-passage.json")
+    )  # the answer is cut out of the named column
+    assert passage == "in Kuala Lumpur"

@@ -116,6 +116,27 @@ def test_squad_v2s_null_score_is_the_lowest_windows_wherever_it_is(tmp_path):
                                          output_dir=str(tmp_path))  # fmt: skip
     assert answers == {"q": "Anna"}
     assert json.loads((tmp_path / "null_odds.json").read_text()) == {"q": -5.0}
+    at_threshold = postprocess_qa_predictions(examples, features, (starts, ends), version_2_with_negative=True,
+                                              null_score_diff_threshold=-5.0)  # fmt: skip
+    assert at_threshold == {"q": "Anna"}  # no answer only where the difference is above the threshold
+
+
+def test_the_null_answer_of_tied_windows_is_the_first_and_an_end_before_its_start_is_skipped(tmp_path):
+    """Two windows whose null scores tie (1 + 2 and 2 + 1): the first window's logits are the null answer's. In a
+    window whose best end (token 1) comes before its best start (token 2), the next end (token 3) still makes the
+    span "met Ben"."""
+    import numpy as np
+
+    offsets = [None, [0, 4], [5, 8], [9, 12], None]
+    starts = np.array([[1.0, -9.0, 6.0, 0.0, -9.0], [2.0, -9.0, -9.0, -9.0, -9.0]])
+    ends = np.array([[2.0, 8.0, -9.0, 5.0, -9.0], [1.0, -9.0, -9.0, -9.0, -9.0]])
+    features = datasets.Dataset.from_dict({"example_id": ["q"] * 2, "offset_mapping": [offsets] * 2})
+    examples = datasets.Dataset.from_list([{"id": "q", "context": "Anna met Ben"}])
+    answers = postprocess_qa_predictions(examples, features, (starts, ends), version_2_with_negative=True,
+                                         n_best_size=2, output_dir=str(tmp_path))  # fmt: skip
+    assert answers == {"q": "met Ben"}
+    nbest = json.loads((tmp_path / "nbest_predictions.json").read_text())["q"]
+    assert [(c["text"], c["start_logit"], c["end_logit"]) for c in nbest] == [("met Ben", 6.0, 5.0), ("", 1.0, 2.0)]
 
 
 # Bad data: refused with an error that names it, in every split, before anything is written.
@@ -807,3 +828,85 @@ def test_a_single_image_is_processed_as_a_batch_of_one():
         corpus, processor, None, DataArguments(image_column="image", label_column="label")
     )
     assert tuple(processed["train"][:]["pixel_values"].shape) == (1, 3, 4, 4)
+
+
+def test_span_corruption_reads_translation_pairs_as_text_in_both_languages():
+    from aiayn.tasks.span_corruption import span_corruption_dataset
+    from aiayn.tokenization import train_tokenizer
+
+    pairs = [{"translation": {"en": f"the cat number {i} sat", "de": f"die Katze nummer {i} sass"}} for i in range(12)]
+    tokenizer = train_tokenizer("seq2seq", [t for p in pairs for t in p["translation"].values()] * 5, 80,
+                                num_sentinels=4)  # fmt: skip
+    corpus = datasets.DatasetDict(train=datasets.Dataset.from_list(pairs))
+    data_args = DataArguments(text_column="text", max_source_length=16)
+    blocks = span_corruption_dataset(corpus, tokenizer, None, data_args)["train"]
+    text = tokenizer.decode([token for ids in blocks["input_ids"] for token in ids])
+    assert "Katze" in text and "cat" in text and blocks.column_names == ["input_ids"]
+
+
+def test_qa_features_pad_only_on_request_and_a_windows_null_answer_is_its_cls_token():
+    """Unpadded windows are as long as their tokens; with a left-padding tokenizer padded to the length, an
+    unanswerable question's labels are the CLS token's position after the padding (not 0); a one-token answer at the
+    end of its context is labelled on that token (not on the [SEP] after it)."""
+    from aiayn.tasks.question_answering import question_answering_collator, question_answering_features
+    from aiayn.tokenization import train_tokenizer
+
+    contexts = ["Anna met Ben in Paris", "Ben lives in Rome and Anna lives in Paris"]
+    tokenizer = train_tokenizer("encoder", [*contexts, "Where does Ben live ?", "Who met Ben ?"] * 20, 60)
+    examples = {"id": ["a", "b"], "question": ["Who met Ben ?", "Where does Ben live ?"], "context": contexts,
+                "answers": [{"text": [], "answer_start": []},
+                            {"text": ["Paris"], "answer_start": [contexts[1].index("Paris")]}]}  # fmt: skip
+    unpadded = question_answering_features(examples, tokenizer, qa_args(block_size=32, doc_stride=4))
+    assert len({len(ids) for ids in unpadded["input_ids"]}) == 2
+    batch = question_answering_collator(tokenizer, None, qa_args(block_size=32), 0)(
+        [{"input_ids": ids} for ids in unpadded["input_ids"]])  # fmt: skip
+    assert tuple(batch["input_ids"].shape) == (2, max(len(ids) for ids in unpadded["input_ids"]))
+    end = unpadded["offset_mapping"][1][unpadded["end_positions"][1]]
+    assert contexts[1][end[0] : end[1]] == "Paris" and unpadded["start_positions"][1] == unpadded["end_positions"][1]
+    tokenizer.padding_side = "left"
+    padded = question_answering_features(examples, tokenizer, qa_args(block_size=32, doc_stride=4,
+                                                                       pad_to_max_length=True))  # fmt: skip
+    cls = padded["input_ids"][0].index(tokenizer.cls_token_id)
+    assert cls > 0 and (padded["start_positions"][0], padded["end_positions"][0]) == (cls, cls)
+
+
+def test_a_doc_stride_the_windows_cannot_hold_is_named_at_its_bound():
+    from aiayn.tasks.question_answering import question_answering_dataset
+    from aiayn.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer("encoder", ["Anna met Ben in Paris", "Who met Ben ?"] * 20, 60)
+    corpus = datasets.DatasetDict(train=qa_examples([("q", " Who met Ben ?", "Anna met Ben in Paris", "Anna")]))
+    longest = len(tokenizer("Who met Ben ?", add_special_tokens=False)["input_ids"])
+    room = 16 - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    assert room > 1
+    question_answering_dataset(corpus, tokenizer, None, qa_args(block_size=16, doc_stride=room - 1))
+    message = (f"--doc_stride ({room}) must be shorter than the context's share of a window: --max_seq_length 16 "
+               f"less the longest question ({longest} tokens) and the special tokens leaves {room}; the windows would "
+               "not advance.")  # fmt: skip
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        question_answering_dataset(corpus, tokenizer, None, qa_args(block_size=16, doc_stride=room))
+
+
+def qa_examples(rows) -> datasets.Dataset:
+    return datasets.Dataset.from_list([
+        {"id": id_, "question": question, "context": context,
+         "answers": {"text": [answer], "answer_start": [context.index(answer)]}}
+        for id_, question, context, answer in rows
+    ])  # fmt: skip
+
+
+def test_squad_v2_best_thresholds_follow_the_no_answer_probabilities():
+    """Questions a (answerable, right), b (unanswerable, answered), c (answerable, half right, F1 1/2) and d
+    (unanswerable, abstained), with no-answer probabilities 0.9, 0.1, 0.5, 0.3: abstaining on all scores 2 (b and d);
+    answering in order of probability, b (-1), d (0), c (+1/2 F1, 0 exact), a (+1): F1 peaks at 2.5 after a (threshold
+    0.9), exact match at 2 before any (threshold 0, as SQuAD v2 starts it) and again after a, which does not beat it.
+    A one-word prediction of a two-word answer has F1 2/3."""
+    from aiayn.metrics import SquadV2
+
+    predictions, references = ["Paris", "Rome", "Oslo", ""], [["Paris"], [], ["Oslo city"], []]
+    scores = SquadV2().compute(predictions=predictions, references=references,
+                               no_answer_probabilities=[0.9, 0.1, 0.5, 0.3])  # fmt: skip
+    f1_c = 2 * 1 * 0.5 / 1.5
+    assert scores["best_f1"] == pytest.approx(100 * (2 - 1 + 0 + f1_c + 1) / 4) and scores["best_f1_thresh"] == 0.9
+    assert (scores["best_exact"], scores["best_exact_thresh"]) == (50.0, 0.0)
+    assert scores["f1"] == pytest.approx(100 * (1 + 0 + f1_c + 1) / 4)

@@ -58,7 +58,8 @@ def question_answering_texts(dataset: datasets.Dataset, data_args):
 
 def answer_tokens(offsets, sequence_ids: list, answers: dict, context_index: int, null_index: int) -> tuple[int, int]:
     """The first and last token of the first answer, where the window's context tokens hold all of it; else the
-    null answer, `(null_index, null_index)` (run_qa's `prepare_train_features`)."""
+    null answer, `(null_index, null_index)` (run_qa's `prepare_train_features`, its search kept to the context's
+    tokens: run_qa's runs on past an answer that ends the context, onto [SEP], whose offsets are (0, 0))."""
     if not answers["answer_start"]:
         return null_index, null_index
     start_char = answers["answer_start"][0]
@@ -67,11 +68,12 @@ def answer_tokens(offsets, sequence_ids: list, answers: dict, context_index: int
     first, last = context[0], context[-1]
     if not (offsets[first][0] <= start_char and offsets[last][1] >= end_char):
         return null_index, null_index
-    while first < len(offsets) and offsets[first][0] <= start_char:
-        first += 1
-    while offsets[last][1] >= end_char:
-        last -= 1
-    return first - 1, last + 1
+    start, end = first, last
+    while start <= last and offsets[start][0] <= start_char:
+        start += 1
+    while end >= first and offsets[end][1] >= end_char:
+        end -= 1
+    return start - 1, end + 1
 
 
 def question_answering_features(examples, tokenizer, data_args) -> dict:
