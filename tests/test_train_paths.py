@@ -910,3 +910,55 @@ def test_squad_v2_best_thresholds_follow_the_no_answer_probabilities():
     assert scores["best_f1"] == pytest.approx(100 * (2 - 1 + 0 + f1_c + 1) / 4) and scores["best_f1_thresh"] == 0.9
     assert (scores["best_exact"], scores["best_exact_thresh"]) == (50.0, 0.0)
     assert scores["f1"] == pytest.approx(100 * (1 + 0 + f1_c + 1) / 4)
+
+
+def test_the_collators_of_language_models_text_to_text_and_masked_images():
+    """The causal LM's labels are its inputs (the model shifts them); text to text pads labels with -100 and builds
+    the decoder's inputs from them with the model; masked-image modelling masks `--mask_ratio` of the model's
+    `grid_size`-squared patches, drawn from the seed and the batch."""
+    import torch
+    from helpers import tiny_config, word_tokenizer
+
+    from aiayn.tasks.causal_lm import causal_lm_collator
+    from aiayn.tasks.generation import seq2seq_collator
+    from aiayn.tasks.masked_image_modeling import masked_image_collator
+
+    tokenizer = word_tokenizer()
+    batch = causal_lm_collator(tokenizer, None, DataArguments(), 0)([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    assert batch["labels"].tolist() == [[5, 6, 7], [8, 9, -100]] and batch["input_ids"].tolist()[1] == [8, 9, 0]
+    model = transformers.AutoModelForSeq2SeqLM.from_config(tiny_config("seq2seq"))
+    features = [{"input_ids": [5, 6, 2], "labels": [7, 2]}, {"input_ids": [5, 2], "labels": [8, 9, 2]}]
+    collated = seq2seq_collator(tokenizer, model, DataArguments(), 0)(features)
+    start = model.config.decoder_start_token_id
+    assert collated["labels"].tolist() == [[7, 2, -100], [8, 9, 2]]
+    assert collated["decoder_input_ids"].tolist() == [[start, 7, 2], [start, 8, 9]]
+    vision = types.SimpleNamespace(config=types.SimpleNamespace(grid_size=4))
+    images = [{"pixel_values": torch.full((3, 8, 8), float(i))} for i in range(3)]
+
+    def masks(seed: int, ratio: float):
+        return masked_image_collator(None, vision, DataArguments(mask_ratio=ratio), seed)(images)["bool_masked_pos"]
+
+    assert masks(7, 0.25).shape == (3, 16) and masks(7, 0.25).sum(-1).tolist() == [4, 4, 4]
+    assert torch.equal(masks(7, 0.25), masks(7, 0.25)) and not torch.equal(masks(7, 0.25), masks(8, 0.25))
+
+
+def test_blocks_of_tokens_drop_the_remainder():
+    from aiayn.tasks.blocks import group_texts
+
+    blocks = group_texts({"input_ids": [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]}, 4)
+    assert blocks == {"input_ids": [[0, 1, 2, 3], [4, 5, 6, 7]]}
+
+
+@pytest.mark.parametrize(("labels", "accepted"), [(["a", "b"], True), ([1, 2], True), ([True, False], True),
+                                                   ([0.5, 1.5], False)])  # fmt: skip
+def test_classes_may_be_strings_integers_or_booleans(labels, accepted):
+    from aiayn.tasks.classification import check_classes
+
+    split = datasets.Dataset.from_dict({"text": ["x", "y"], "label": labels})
+    corpus = datasets.DatasetDict(train=split, validation=split)
+    data_args = DataArguments(text_column="text", label_column="label")
+    if accepted:
+        check_classes(corpus, data_args)
+    else:
+        with pytest.raises(ValueError, match="Classification needs classes .strings, integers or booleans."):
+            check_classes(corpus, data_args)
