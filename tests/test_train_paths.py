@@ -50,6 +50,7 @@ def test_the_verdict_is_the_headline_metric_not_every_metric_nor_a_count():
     assert verdict_metric(generated, translation) == "eval_bleu"
     assert below_baseline(generated, translation) == ["eval_bleu"]
     assert below_baseline({"eval_perplexity": 5.0, "eval_baseline_perplexity": 5.0}) == ["eval_perplexity"]
+    assert below_baseline({"eval_accuracy": 0.5, "eval_baseline_accuracy": 0.5}) == ["eval_accuracy"]  # a tie
     headlines = {name: task.headline[0] for name, task in TASKS.items()}
     assert headlines == {"causal-lm": "eval_loss", "masked-lm": "eval_loss", "translation": "eval_bleu",
                          "span-corruption": "eval_loss", "classification": "eval_accuracy",

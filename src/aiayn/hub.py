@@ -83,7 +83,7 @@ def below_baseline(metrics: dict, headline: tuple[str, ...] | None = None) -> li
               if name.startswith("eval_") and not name.startswith("eval_baseline_") and baseline_of(metrics, name)
               is not None]  # fmt: skip
     if headline is not None:
-        scored = [name for name in headline if name in scored][:1]
+        scored = [name for name in [verdict_metric(metrics, headline)] if name is not None]
     return [name for name in scored if not beats(metrics, name)]
 
 

@@ -184,19 +184,30 @@ def _answer_f1(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-class Squad(evaluate.Metric):
-    """SQuAD v1.1's exact match and F1 (in percent), each the best over an example's reference answers, as the
-    official evaluation script computes them."""
+class _SquadMetric(evaluate.Metric):
+    """Answer strings scored against each question's reference answers."""
+
+    description = ""
+    citation = ""
+    inputs_description = "predictions: answer strings; references: the reference answers of each question."
 
     def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(
-            description="SQuAD exact match and token F1.",
-            citation="@inproceedings{rajpurkar-etal-2016-squad, title={SQuAD}, year={2016}}",
-            inputs_description="predictions: answer strings; references: the reference answers of each question.",
+            description=self.description,
+            citation=self.citation,
+            inputs_description=self.inputs_description,
             features=datasets.Features(
                 {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
             ),
         )
+
+
+class Squad(_SquadMetric):
+    """SQuAD v1.1's exact match and F1 (in percent), each the best over an example's reference answers, as the
+    official evaluation script computes them."""
+
+    description = "SQuAD exact match and token F1."
+    citation = "@inproceedings{rajpurkar-etal-2016-squad, title={SQuAD}, year={2016}}"
 
     def _compute(self, predictions, references) -> dict:
         pairs = list(zip(predictions, (refs or [""] for refs in references), strict=True))
@@ -229,22 +240,16 @@ def _best_threshold(predictions, scores, no_answer_probabilities, answered) -> t
     return 100.0 * best / len(scores), threshold
 
 
-class SquadV2(evaluate.Metric):
+class SquadV2(_SquadMetric):
     """SQuAD v2's scores (in percent), as its official evaluation script and the hub's `squad_v2` metric compute
     them: `exact`, `f1` and `total` over all questions, the same over those with an answer (`HasAns_`) and those
     without (`NoAns_`, where the empty answer is right), and the best exact match and F1 over no-answer thresholds
     (`best_exact`, `best_f1`, with their thresholds). A question's no-answer probability is 0 unless given, as
     transformers' `run_qa` passes it."""
 
-    def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description="SQuAD v2 exact match and F1, by answerability, and at the best no-answer threshold.",
-            citation="@inproceedings{rajpurkar-etal-2018-know, title={Know What You Don't Know}, year={2018}}",
-            inputs_description='predictions: answer strings ("": no answer); references: each question\'s answers.',
-            features=datasets.Features(
-                {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-            ),
-        )
+    description = "SQuAD v2 exact match and F1, by answerability, and at the best no-answer threshold."
+    citation = "@inproceedings{rajpurkar-etal-2018-know, title={Know What You Don't Know}, year={2018}}"
+    inputs_description = 'predictions: answer strings ("": no answer); references: each question\'s answers.'
 
     def _compute(self, predictions, references, no_answer_probabilities=None) -> dict:
         exact, f1 = _raw_scores(predictions, references)

@@ -29,7 +29,7 @@ from transformers import AutoImageProcessor, AutoTokenizer, Trainer
 
 from .configuration_aiayn import preset_config
 from .data import load_corpus, load_files, load_image_folders, with_validation
-from .hub import below_baseline, beside_baseline, head_of, verdict_metric
+from .hub import beats, beside_baseline, head_of, verdict_metric
 from .metrics import perplexity
 from .recipes import FromScratch, PaperRecipe, describe_recipe, from_scratch_recipe
 from .tasks import TASKS, Task
@@ -399,7 +399,7 @@ def run(task: str, model_args: ModelArguments, data_args: DataArguments, trainin
         evaluated = {**evaluate(trainer), **baseline, "eval_samples": len(dataset["validation"])}
         headline = verdict_metric(evaluated, definition.headline)
         if headline is not None:
-            evaluated["eval_beats_baseline"] = not below_baseline(evaluated, definition.headline)
+            evaluated["eval_beats_baseline"] = beats(evaluated, headline)
         trainer.log_metrics("eval", evaluated)
         trainer.save_metrics("eval", evaluated)
         metrics.update(evaluated)
