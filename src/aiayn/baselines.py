@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
+from .extras import extra_module
 from .metrics import ChrF, SacreBleu, perplexity
 
 
@@ -35,10 +36,9 @@ def majority_accuracy(train_values: Iterable, eval_values: Iterable) -> float:
 
 def linear_classifier_accuracy(train_pixels, train_labels, eval_pixels, eval_labels) -> float:
     """Accuracy of scikit-learn's logistic regression on the flattened pixels (arrays of `(images, ...)`)."""
-    from sklearn.linear_model import LogisticRegression
-
+    linear_model = extra_module("sklearn.linear_model", "scikit-learn", "The linear baseline", "demo")
     train, evaluated = train_pixels.reshape(len(train_pixels), -1), eval_pixels.reshape(len(eval_pixels), -1)
-    classifier = LogisticRegression(max_iter=2000).fit(train, train_labels)
+    classifier = linear_model.LogisticRegression(max_iter=2000).fit(train, train_labels)
     return float(classifier.score(evaluated, eval_labels))
 
 

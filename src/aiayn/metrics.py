@@ -4,18 +4,24 @@ The hub's metric scripts (`evaluate.load("sacrebleu")`, ...) cannot be fetched o
 modules compute the same numbers locally: `Accuracy`, `SacreBleu` and `ChrF` (through `sacrebleu`), `Seqeval`
 (entity-level precision, recall and F1 through `seqeval`), `Rouge` (through Google's `rouge_score`), `Squad` and
 `SquadV2` (SQuAD's exact match and F1, as its official scripts compute them), and `perplexity`, which is `exp` of the
-mean token cross-entropy (the eval loss). `seqeval` and `rouge_score` come with the package's `train` extra.
+mean token cross-entropy (the eval loss). `sacrebleu`, `seqeval` and `rouge_score` come with the package's `train`
+extra.
 """
 
 import collections
-import importlib
 import math
 import re
 import string
 
 import datasets
 import evaluate
-import sacrebleu
+
+from .extras import extra_module
+
+
+def _library(module: str, package: str):
+    """`module`, or an ImportError that names the extra installing it."""
+    return extra_module(module, package, "This metric", "train")
 
 
 class Accuracy(evaluate.Metric):
@@ -47,7 +53,7 @@ class _SacreBleuMetric(evaluate.Metric):
 
     def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(
-            description=f"{self.name} computed by sacrebleu {sacrebleu.__version__}.",
+            description=f"{self.name} computed by sacrebleu {_library('sacrebleu', 'sacrebleu').__version__}.",
             citation=self.citation,
             inputs_description="predictions: strings; references: a list of reference strings per prediction.",
             features=datasets.Features(
@@ -70,7 +76,7 @@ class SacreBleu(_SacreBleuMetric):
     name = "sacreBLEU"
 
     def _compute(self, predictions, references, tokenize: str = "13a") -> dict:
-        bleu = sacrebleu.BLEU(tokenize=tokenize)
+        bleu = _library("sacrebleu", "sacrebleu").BLEU(tokenize=tokenize)
         score = bleu.corpus_score(predictions, self._reference_streams(references)).score
         return {"bleu": score, "signature": str(bleu.get_signature())}
 
@@ -81,16 +87,10 @@ class ChrF(_SacreBleuMetric):
     name = "chrF"
 
     def _compute(self, predictions, references, word_order: int = 0) -> dict:
-        result = sacrebleu.corpus_chrf(predictions, self._reference_streams(references), word_order=word_order)
+        result = _library("sacrebleu", "sacrebleu").corpus_chrf(
+            predictions, self._reference_streams(references), word_order=word_order
+        )
         return {"chrf": result.score}
-
-
-def _library(module: str, package: str):
-    """`module`, or an ImportError that names the extra installing it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        raise ImportError(f"This metric needs {package}: pip install 'aiayn[train]'.") from error
 
 
 class Seqeval(evaluate.Metric):

@@ -6,14 +6,12 @@ import os
 
 import torch
 
+from ..extras import extra_module
+
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    extra_module("matplotlib", "matplotlib", "Plotting", "plot").use("Agg")
+    return extra_module("matplotlib.pyplot", "matplotlib", "Plotting", "plot")
 
 
 def _save(figure, path: str) -> str:
