@@ -13,8 +13,12 @@ import pytest
 import torch
 import transformers
 from helpers import FAMILIES, LM_AUTO_CLASS, VOCAB, hub_loading_environment, padded_batch, tiny_config
+from huggingface_hub import ModelCard
+from huggingface_hub.repocard_data import model_index_to_eval_results
 from safetensors import safe_open
 from test_modeling import HEAD_CLASSES, HEADS, head_inputs
+
+from aiayn.hub import model_card
 
 
 def _outputs(model, inputs) -> dict:
@@ -161,3 +165,48 @@ def test_the_wheel_carries_the_model_card_template_and_the_code(tmp_path):
         )
         packaged = archive.read("aiayn/hub_card/modelcard_template.md")
     assert packaged == (project / "hub_card" / "modelcard_template.md").read_bytes()
+
+
+def test_card_metadata_holds_each_metric_as_its_table_shows_it(tmp_path):
+    """Four significant digits in the table and the model-index alike: a loss of 2.461e-05 is not 0."""
+    model = transformers.AutoModelForSequenceClassification.from_config(tiny_config("encoder", num_labels=3))
+    metrics = {"eval_loss": 2.461e-05, "eval_baseline_loss": 1.0986123, "eval_accuracy": 5 / 6,
+               "eval_baseline_accuracy": 0.5}  # fmt: skip
+    model_card(model, "aiayn/topics", metrics=metrics).save(tmp_path / "README.md")
+    card = ModelCard.load(tmp_path / "README.md")
+    _, results = model_index_to_eval_results(card.data.to_dict()["model-index"])
+    assert {(result.metric_name, result.metric_value) for result in results} == {
+        ("Validation loss: cross-entropy per example (nats)", 2.461e-05),
+        ("Accuracy", 0.8333),
+    }
+    assert "| Validation loss: cross-entropy per example (nats) | 2.461e-05 | 1.099 |" in card.text
+    assert "| Accuracy | 0.8333 | 0.5 |" in card.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "loss"),
+    [({"num_labels": 3}, "cross-entropy per example (nats)"),
+     ({"num_labels": 3, "problem_type": "multi_label_classification"},
+      "binary cross-entropy per label of each example (nats)"),
+     ({"num_labels": 1}, "squared error per predicted value")],
+)  # fmt: skip
+def test_a_classifiers_card_names_the_loss_of_its_problem_type(fields, loss):
+    """The loss `sequence_classification_loss` computes for the config's `problem_type` (unset: as the loss would
+    set it for class ids, one label being a regression)."""
+    model = transformers.AutoModelForSequenceClassification.from_config(tiny_config("encoder", **fields))
+    card = model_card(model, "aiayn/classifier", metrics={"eval_loss": 0.25})
+    assert f"| Validation loss: {loss} | 0.25 | not computed |" in card.text
+
+
+@pytest.mark.parametrize(
+    ("auto_name", "tie", "tied"),
+    [("AutoModelForCausalLM", True, True), ("AutoModelForCausalLM", False, False),
+     ("AutoModelForTokenClassification", True, False)],
+)  # fmt: skip
+def test_a_card_states_tying_where_the_models_weights_are_tied(auto_name, tie, tied):
+    """Tying as the weights are: a tagger has no output projection over the vocabulary, whatever its config says."""
+    model = getattr(transformers, auto_name).from_config(tiny_config("decoder", tie_word_embeddings=tie, num_labels=3))
+    output = model.get_output_embeddings()
+    assert (output is not None and output.weight is model.get_input_embeddings().weight) is tied
+    card = model_card(model, "aiayn/model")
+    assert ("the output projection is tied to the token embedding" in card.text) is tied

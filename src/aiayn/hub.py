@@ -29,9 +29,9 @@ HEADS = {
     "ForMaskedImageModeling": ("image-feature-extraction", "AutoModelForMaskedImageModeling"),
     "Model": ("feature-extraction", "AutoModel"),
 }
-# Metric name in the run's results -> (model-index metric type, readable name).
+# Metric name in the run's results -> (model-index metric type, readable name); the loss is named by `loss_name`.
 METRICS = {
-    "eval_loss": ("loss", "Validation cross-entropy (nats per token)"),
+    "eval_loss": ("loss", "Validation loss"),
     "eval_perplexity": ("perplexity", "Validation perplexity"),
     "eval_accuracy": ("accuracy", "Accuracy"),
     "eval_bleu": ("bleu", "sacreBLEU"),
@@ -46,6 +46,22 @@ METRICS = {
     "eval_rougeL": ("rougeL", "ROUGE-L"),
     "eval_rougeLsum": ("rougeLsum", "ROUGE-Lsum"),
 }
+# Head class suffix -> what its loss averages, as the head computes it (an evaluation's loss has no label smoothing).
+LOSSES = {
+    "ForMaskedLM": "cross-entropy per masked token (nats)",
+    "ForCausalLM": "cross-entropy per predicted next token (nats)",
+    "ForConditionalGeneration": "cross-entropy per target token (nats)",
+    "ForTokenClassification": "cross-entropy per labelled token (nats)",
+    "ForQuestionAnswering": "mean of the answer's start and end cross-entropies, per window of context (nats)",
+    "ForMultipleChoice": "cross-entropy per example over its choices (nats)",
+    "ForMaskedImageModeling": "absolute error per pixel value of the masked patches",
+}
+# A classifier's loss by `config.problem_type`, of each text or image (`sequence_classification_loss`).
+CLASSIFICATION_LOSSES = {
+    "single_label_classification": "cross-entropy per {item} (nats)",
+    "multi_label_classification": "binary cross-entropy per label of each {item} (nats)",
+    "regression": "squared error per predicted value",
+}
 HYPERPARAMETERS = (
     "learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "num_train_epochs",
     "per_device_train_batch_size", "gradient_accumulation_steps", "optim", "adam_beta1", "adam_beta2",
@@ -57,6 +73,36 @@ def head_of(model: transformers.PreTrainedModel) -> str:
     """The head's class-name suffix (`"ForCausalLM"`, ...), `"Model"` for the bare model."""
     name = type(model).__name__
     return next((suffix for suffix in HEADS if name.endswith(suffix)), "Model")
+
+
+def loss_name(model: transformers.PreTrainedModel) -> str | None:
+    """What the model's loss is and averages, as its head computes it: `"cross-entropy per example (nats)"`, ...; a
+    classifier whose `problem_type` is not yet set is named as its loss would set it for class ids. None: a model
+    without a head has no loss."""
+    head = head_of(model)
+    if head not in ("ForSequenceClassification", "ForImageClassification"):
+        return LOSSES.get(head)
+    problem = model.config.problem_type
+    if problem is None:
+        problem = "regression" if model.config.num_labels == 1 else "single_label_classification"
+    return CLASSIFICATION_LOSSES[problem].format(item="image" if head == "ForImageClassification" else "example")
+
+
+def metric_names(model: transformers.PreTrainedModel) -> dict[str, tuple[str, str]]:
+    """`METRICS` with the loss named as the model's head computes it (`loss_name`), where it has one."""
+    loss = loss_name(model)
+    return METRICS if loss is None else {**METRICS, "eval_loss": ("loss", f"{METRICS['eval_loss'][1]}: {loss}")}
+
+
+def ties_output_projection(model: transformers.PreTrainedModel) -> bool:
+    """Whether the model has an output projection over the vocabulary that is its token embedding's weight."""
+    output = model.get_output_embeddings()
+    return output is not None and output.weight is model.get_input_embeddings().weight
+
+
+def significant(value: float) -> str:
+    """`value` as the card shows it, to 4 significant digits (`2.461e-05`, `0.8333`)."""
+    return f"{value:.4g}"
 
 
 def baseline_of(metrics: dict, key: str) -> float | None:
@@ -73,6 +119,12 @@ def beats(metrics: dict, name: str) -> bool:
     """Whether metric `name` beats its baseline (lower for a loss or perplexity, higher for a score)."""
     value, baseline = metrics[name], baseline_of(metrics, name)
     return value < baseline if name in LOWER_IS_BETTER else value > baseline
+
+
+def shown_baseline(metrics: dict, key: str) -> str:
+    """The baseline of metric `key` as the card's table shows it."""
+    baseline = baseline_of(metrics, key)
+    return "not computed" if baseline is None else significant(baseline)
 
 
 def below_baseline(metrics: dict, headline: tuple[str, ...] | None = None) -> list[str]:
@@ -95,7 +147,7 @@ def verdict_metric(metrics: dict, headline: tuple[str, ...]) -> str | None:
 def beside_baseline(metrics: dict, name: str, label: str | None = None) -> str:
     """`"<label> value (baseline b)"` of metric `name`."""
     baseline = metrics[name.replace("eval_", "eval_baseline_", 1)]
-    return f"{label or name} {metrics[name]:.4g} (baseline {baseline:.4g})"
+    return f"{label or name} {significant(metrics[name])} (baseline {significant(baseline)})"
 
 
 def model_card(
@@ -110,6 +162,9 @@ def model_card(
     description: str | None = None,
     recipe: str | None = None,
     headline: tuple[str, ...] | None = None,
+    evaluation_data: str | None = None,
+    joined_columns: list[str] | None = None,
+    column_delimiter: str = " ",
 ) -> ModelCard:
     """The model card of `model`: facts gathered here, every sentence in `hub_card/modelcard_template.md`.
 
@@ -128,6 +183,10 @@ def model_card(
         recipe: A sentence on how the model was trained (the from-scratch recipe of `aiayn train`).
         headline: The metrics the verdict against the baseline is decided on, in order of preference (the first
             with a baseline; `Task.headline`); None: every metric with a baseline must beat it.
+        evaluation_data: What the metrics were measured on, as the card's sentence "Evaluated on ..." ends (`the
+            validation file `dev.csv``); None: not recorded.
+        joined_columns: The columns whose texts the model read joined into one (a classifier of pairs).
+        column_delimiter: What joined them.
 
     Returns:
         The card.
@@ -140,17 +199,18 @@ def model_card(
         default_task = "image-feature-extraction"
     task = task or default_task
     metrics = metrics or {}
+    names = metric_names(model)
     results = [
         EvalResult(
             task_type=task,
             dataset_type=datasets[0] if datasets else "unknown",
             dataset_name=datasets[0] if datasets else "unknown",
             dataset_split="validation",
-            metric_type=METRICS[key][0],
-            metric_name=METRICS[key][1],
-            metric_value=round(float(metrics[key]), 4),
+            metric_type=names[key][0],
+            metric_name=names[key][1],
+            metric_value=float(significant(metrics[key])),
         )
-        for key in METRICS
+        for key in names
         if key in metrics
     ]
     model_name = repo_id.rsplit("/", 1)[-1]
@@ -180,18 +240,20 @@ def model_card(
         family=family,
         family_description=FAMILIES[family].description,
         head=head,
+        tied=ties_output_projection(model),
         model_class=type(model).__name__,
         auto_class=auto_class,
         parameters=sum(p.numel() for p in model.parameters()),
         hyperparameters=[(name, arguments[name]) for name in HYPERPARAMETERS if name in arguments],
         evaluation=[
-            (METRICS[key][1], float(metrics[key]), baseline_of(metrics, key)) for key in METRICS if key in metrics
+            (names[key][1], significant(metrics[key]), shown_baseline(metrics, key)) for key in names if key in metrics
         ],
         evaluation_examples=metrics.get("eval_samples"),
+        evaluation_data=evaluation_data,
+        joined_columns=joined_columns,
+        column_delimiter=column_delimiter,
         below_baseline=[
-            beside_baseline(metrics, key, METRICS[key][1])
-            for key in below_baseline(metrics, headline)
-            if key in METRICS
+            beside_baseline(metrics, key, names[key][1]) for key in below_baseline(metrics, headline) if key in names
         ],
         transformers_version=transformers.__version__,
         torch_version=torch.__version__,

