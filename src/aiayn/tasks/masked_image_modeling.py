@@ -24,7 +24,7 @@ def masked_image_baseline(trainer, corpus, data_args) -> dict:
 
 
 TASK = Task(
-    help="ViT-style pretraining on masked patches (SimMIM)",
+    help="ViT-style pretraining on masked patches, as SimMIM (run_mim)",
     script="run_mim",
     family="vision",
     auto_class=transformers.AutoModelForMaskedImageModeling,

@@ -26,7 +26,7 @@ def span_corruption_collator(tokenizer, model, data_args, seed: int):
 
 
 TASK = Task(
-    help="seq2seq pretraining by T5's span corruption (run_t5_mlm)",
+    help="seq2seq pretraining by T5's span corruption (run_t5_mlm_flax)",
     script="run_t5_mlm_flax",
     family="seq2seq",
     auto_class=transformers.AutoModelForSeq2SeqLM,
