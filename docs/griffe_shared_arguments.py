@@ -1,4 +1,8 @@
-"""A griffe extension: the models' forwards documented as Python documents them.
+"""A griffe extension: the models' constructors and forwards documented as Python documents them.
+
+Each model class takes its family's config: its entry shows `config` typed with that config (the heads written once
+for every family, in `aiayn.heads_aiayn`, are typed with the base `AiaynConfig` in the code) and describes it, as
+transformers' reference describes its models' `config`.
 
 `aiayn.docstrings_aiayn.shared_arguments` completes each forward's `Args:` section when the module is imported, which
 griffe's static reading does not see: this extension gives each forward the docstring it has at run time. A family's
@@ -11,6 +15,7 @@ import inspect
 import re
 
 import griffe
+from griffe._internal.agents.inspector import _convert_parameter
 
 
 def _runtime(obj: griffe.Object):
@@ -70,6 +75,52 @@ def _document(cls: griffe.Class, package: griffe.Module) -> None:
     cls.set_member("forward", copy)
 
 
+FROM_PRETRAINED = (
+    "https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel.from_pretrained"
+)
+
+
+def _config_entry(config_class: type) -> list[str]:
+    """The `Args:` entry of a model class's `config`."""
+    path = f"{config_class.__module__}.{config_class.__qualname__}"
+    return [
+        f"    config: The model's configuration, a [`{config_class.__name__}`][{path}]: its architecture and sizes.",
+        "        A model built from a config has newly initialised weights; "
+        f"[`from_pretrained()`]({FROM_PRETRAINED}) loads a saved model's.",
+    ]
+
+
+def _describe_config(cls: griffe.Class, runtime: type, package: griffe.Module) -> None:
+    """Gives model class `cls` an `__init__` whose `config` is typed with its family's config, and an `Args:` entry
+    that describes `config` (in place of a shorter one of its own)."""
+    from transformers import PreTrainedModel
+
+    config_class = getattr(runtime, "config_class", None)
+    if not (issubclass(runtime, PreTrainedModel) and config_class and config_class.__module__.startswith(package.path)
+            and cls.docstring):  # fmt: skip
+        return
+    parameters = [griffe.Parameter("self", kind=griffe.ParameterKind.positional_or_keyword)]
+    for parameter in list(inspect.signature(runtime.__init__).parameters.values())[1:]:
+        converted = _convert_parameter(parameter, parent=cls)
+        if parameter.name == "config":
+            module = package[config_class.__module__.removeprefix(package.path + ".")]
+            converted.annotation = griffe.ExprName(config_class.__name__, parent=module)
+        parameters.append(converted)
+    cls.set_member(
+        "__init__",
+        griffe.Function("__init__", lineno=0, endlineno=0, parameters=griffe.Parameters(*parameters), returns="None"),
+    )
+    head, marker, examples = cls.docstring.value.partition("\nExamples:\n")
+    lines = head.rstrip().splitlines()
+    if "Args:" in lines:
+        start = lines.index("Args:")
+        lines = _without_arguments("\n".join(lines) + "\n", {"config"}).rstrip("\n").splitlines()
+        lines[start + 1 : start + 1] = _config_entry(config_class)
+    else:
+        lines += ["", "Args:", *_config_entry(config_class)]
+    cls.docstring = _parsed_like("\n".join(lines) + "\n" + marker + examples, cls.docstring, cls)
+
+
 class SharedArguments(griffe.Extension):
     """Gives each class's forward its run-time docstring, and each family head its own copy of an inherited forward."""
 
@@ -88,3 +139,6 @@ class SharedArguments(griffe.Extension):
         visit(pkg)
         for cls in classes:
             _document(cls, pkg)
+            runtime = _runtime(cls)
+            if isinstance(runtime, type):
+                _describe_config(cls, runtime, pkg)

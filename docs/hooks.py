@@ -1,5 +1,8 @@
 """MkDocs hooks: the command-line reference and the flags of `aiayn train` are generated from `aiayn`'s own parsers,
-so that they cannot drift."""
+so that they cannot drift; every name of transformers' API that the pages write as code links to its entry in
+transformers' documentation, and so do the types of the reference's signatures and tables."""
+
+import re
 
 MARKER = "<!-- aiayn-cli -->"
 TRAIN_MARKER = "<!-- aiayn-train -->"
@@ -164,6 +167,153 @@ def train_reference() -> str:
         "refused with the reason.\n\n" + "\n".join(rows)
     )
     return "\n\n".join(sections)
+
+
+TRANSFORMERS_DOCS = "https://huggingface.co/docs/transformers/"
+# The names of transformers' API the pages and docstrings write, by the page of transformers' documentation that
+# documents them (each entry's anchor there is `transformers.<name>`).
+TRANSFORMERS_PAGES = {
+    "main_classes/model": (
+        "PreTrainedModel", "PreTrainedModel.from_pretrained", "PreTrainedModel.save_pretrained",
+        "PreTrainedModel.resize_token_embeddings", "PreTrainedModel.gradient_checkpointing_enable",
+        "utils.PushToHubMixin.push_to_hub",
+    ),
+    "main_classes/configuration": ("PreTrainedConfig", "PreTrainedConfig.from_pretrained"),
+    "main_classes/text_generation": ("GenerationConfig", "GenerationMixin", "GenerationMixin.generate"),
+    "main_classes/trainer": ("Trainer", "Seq2SeqTrainer", "TrainingArguments", "Seq2SeqTrainingArguments"),
+    "main_classes/pipelines": ("pipeline",),
+    "main_classes/data_collator": (
+        "DataCollatorForLanguageModeling", "DataCollatorForSeq2Seq", "DataCollatorWithPadding",
+        "DataCollatorForTokenClassification",
+    ),
+    "main_classes/quantization": ("TorchAoConfig",),
+    "internal/generation_utils": ("Cache", "DynamicCache", "StaticCache", "EncoderDecoderCache", "TextStreamer"),
+    "model_doc/auto": (
+        "AutoConfig", "AutoTokenizer", "AutoImageProcessor", "AutoModel", "AutoModelForCausalLM",
+        "AutoModelForMaskedLM", "AutoModelForSeq2SeqLM", "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification", "AutoModelForQuestionAnswering", "AutoModelForMultipleChoice",
+        "AutoModelForImageClassification", "AutoModelForMaskedImageModeling",
+    ),
+    "model_doc/bert": ("BertConfig", "BertModel", "BertForMaskedLM", "BertForSequenceClassification"),
+    "model_doc/gpt2": ("GPT2Config", "GPT2Model", "GPT2LMHeadModel"),
+    "model_doc/t5": ("T5Config", "T5Model", "T5ForConditionalGeneration", "T5EncoderModel"),
+    "model_doc/vit": ("ViTConfig", "ViTModel", "ViTForImageClassification", "ViTForMaskedImageModeling",
+                      "ViTImageProcessor"),
+    "model_doc/bart": ("BartModel", "BartForConditionalGeneration"),
+    "model_doc/marian": ("MarianMTModel",),
+    "model_doc/big_bird": ("BigBirdModel",),
+    "model_doc/encoder-decoder": ("EncoderDecoderModel",),
+    "model_doc/vision-encoder-decoder": ("VisionEncoderDecoderModel",),
+}  # fmt: skip
+# Methods the pages write without their class.
+TRANSFORMERS_METHODS = {
+    "from_pretrained": "PreTrainedModel.from_pretrained",
+    "save_pretrained": "PreTrainedModel.save_pretrained",
+    "push_to_hub": "utils.PushToHubMixin.push_to_hub",
+    "generate": "GenerationMixin.generate",
+}
+
+
+def transformers_urls() -> dict[str, str]:
+    """The documentation URL of each name of transformers' API the pages write, by each way they write it: `Name`,
+    `transformers.Name`, the path of its module (`transformers.modeling_outputs.MaskedLMOutput`, as the reference's
+    signatures name types), and a method with its class or alone (`from_pretrained()`)."""
+    import importlib
+
+    import aiayn  # noqa: F401  (first: it quiets what torchao logs when transformers' modeling code loads)
+
+    from transformers import modeling_outputs  # isort: skip
+
+    anchors = {name: page for page, names in TRANSFORMERS_PAGES.items() for name in names}
+    anchors |= {name: "main_classes/output" for name in dir(modeling_outputs) if name.endswith("Output")}
+    urls = {}
+    for name, page in anchors.items():
+        module = "transformers.modeling_outputs" if page == "main_classes/output" else "transformers"
+        url = f"{TRANSFORMERS_DOCS}{page}#{module}.{name}"
+        short = name.removeprefix("utils.")
+        urls |= {short: url, f"{module}.{name}": url, f"transformers.{short}": url}
+        owner, _, method = short.partition(".")
+        # The API's classes also under the path of their module, as signatures name them (the models' pages are
+        # linked by name only).
+        target = None if page.startswith("model_doc/") else getattr(importlib.import_module(module), owner, None)
+        if isinstance(target, type):
+            urls[".".join(filter(None, (target.__module__, target.__qualname__, method)))] = url
+    for method, name in TRANSFORMERS_METHODS.items():
+        urls[method] = urls[name.removeprefix("utils.")]
+    return urls
+
+
+URLS: dict[str, str] = {}
+# Links and preformatted blocks, which keep their text; the code spans between them may become links.
+KEPT = re.compile(r"<a\b.*?</a>|<pre\b.*?</pre>|<h\d\b.*?</h\d>", re.DOTALL)
+# A name, a dotted name, or a call of one (`pipeline("translation", model=folder)`, `model.generate(...)`).
+CODE = re.compile(r"<code>([\w.]+)(\([^<]*\))?</code>")
+
+
+def on_config(config):
+    """Registers the URL of each name of transformers' API with autorefs, which links the reference's types."""
+    URLS.update(transformers_urls())
+    autorefs = config.plugins["autorefs"]
+    for identifier, url in URLS.items():
+        if "." in identifier:
+            autorefs.register_url(identifier, url)
+    return config
+
+
+def _linked(match: re.Match) -> str:
+    """The code span, linked where it names transformers' API, or calls a method of it on `model`."""
+    name = match[1].removeprefix("model.") if match[1].removeprefix("model.") in TRANSFORMERS_METHODS else match[1]
+    url = URLS.get(name)
+    return f'<a href="{url}">{match[0]}</a>' if url else match[0]
+
+
+TABLE = re.compile(r"<table\b.*?</table>", re.DOTALL)
+HEADER_CELL = re.compile(r"<th\b[^>]*>(.*?)</th>", re.DOTALL)
+ROW = re.compile(r"<tr\b.*?</tr>", re.DOTALL)
+
+
+def _labelled_cells(table: re.Match) -> str:
+    """The table, each body cell with the header of its column as `data-label`, which narrow screens show before
+    the cell when they stack a row's cells (extra.css)."""
+    labels = [re.sub(r"<[^>]+>", "", header).strip() for header in HEADER_CELL.findall(table[0])]
+
+    def label_row(row: re.Match) -> str:
+        cells = iter(labels)
+        return re.sub(r"<td\b", lambda cell: f'<td data-label="{next(cells, "")}"', row[0])
+
+    return ROW.sub(label_row, table[0])
+
+
+def _with_links(html: str) -> str:
+    """Each code span that names transformers' API (`PreTrainedModel`, `generate()`) links to its documentation,
+    but for those inside links, headings and code blocks."""
+    pieces = []
+    end = 0
+    for kept in KEPT.finditer(html):
+        pieces += [CODE.sub(_linked, html[end : kept.start()]), kept[0]]
+        end = kept.end()
+    pieces.append(CODE.sub(_linked, html[end:]))
+    return "".join(pieces)
+
+
+ANCHOR_LINK = re.compile(r'href="#([^"]+?)--([^"]+)"')
+
+
+def _anchors_kept(html: str) -> str:
+    """Links to another entry of the page as the docstring wrote them: mkdocstrings prefixes a docstring's `#anchor`
+    links with its object's id (`#A--anchor`, for the ids it prefixes likewise), which misses an anchor of another
+    object (a config's field table links to the fields of its bases)."""
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+
+    def kept(link: re.Match) -> str:
+        prefixed = f"{link[1]}--{link[2]}"
+        return link[0] if prefixed in ids or link[2] not in ids else f'href="#{link[2]}"'
+
+    return ANCHOR_LINK.sub(kept, html)
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    return TABLE.sub(_labelled_cells, _with_links(_anchors_kept(html)))
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

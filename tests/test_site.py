@@ -73,7 +73,7 @@ def sections_of(page: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def reference_pages(site) -> dict[str, list[dict]]:
-    pages = sorted((site / "reference").rglob("index.html"))
+    pages = sorted((site / "reference").rglob("*.html"))
     assert len(pages) >= 3
     return {str(page.relative_to(site)): sections_of(page) for page in pages}
 
@@ -179,7 +179,7 @@ def test_every_flag_of_the_train_reference_has_an_anchor_and_one_row_per_section
     )
 
     parser = FlagTables()
-    parser.feed((site / "reference" / "train" / "index.html").read_text())
+    parser.feed((site / "reference" / "train.html").read_text())
     sections = parser.sections
     assert set(TASKS) <= set(sections)
     anchors = []

@@ -307,7 +307,29 @@ class AiaynTextConfig(AiaynConfig):
 
 @strict
 class AiaynEncoderConfig(AiaynTextConfig):
-    """BERT-style encoder-only models: a bidirectional stack with masked-LM and classification heads."""
+    """BERT-style encoder-only models: a bidirectional stack with masked-LM and classification heads.
+
+    The defaults build the paper's base encoder stack (section 3.1, Table 3 "base"), not BERT: 6 post-LN layers,
+    d_model 512, 8 heads of 64, d_ff 2048, ReLU, sinusoidal positions added to token embeddings scaled by
+    sqrt(d_model), a vocabulary of 37000 tokens, no token types, and dropout 0.1 on the residuals, the attention
+    probabilities and the feed-forward activations. `preset_config("bert-base")` gives BERT-base (12 post-LN layers,
+    d_model 768, 12 heads, d_ff 3072, erf GELU, learned positions, two token types and an embedding norm, a 30522-token
+    vocabulary), `preset_config("tiny-encoder")` the same choices at test size (2 layers, d_model 64).
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModel
+        >>> from aiayn import AiaynEncoderConfig
+        >>> default = AiaynEncoderConfig()  # the paper's base encoder stack
+        >>> default.num_layers, default.hidden_size, default.norm_first, default.position_embedding_type
+        (6, 512, False, 'sinusoidal')
+        >>> config = AiaynEncoderConfig(vocab_size=100, d_model=32, num_heads=4, d_ff=64, num_layers=2)
+        >>> config.hidden_size, config.num_attention_heads, config.d_kv
+        (32, 4, 8)
+        >>> model = AutoModel.from_config(config)  # an AiaynEncoderModel
+        >>> model(input_ids=torch.tensor([[2, 17, 4, 45, 3]])).last_hidden_state.shape
+        torch.Size([1, 5, 32])
+    """
 
     model_type = "aiayn_encoder"
 
@@ -351,12 +373,31 @@ class AiaynGenerativeConfig(AiaynTextConfig):
 class AiaynDecoderConfig(AiaynGenerativeConfig):
     """GPT-style decoder-only models: a causal stack with a language-model head.
 
+    The defaults build the paper's base decoder stack without its encoder-decoder attention: 6 post-LN layers,
+    d_model 512, 8 heads of 64, d_ff 2048, ReLU, sinusoidal positions added to token embeddings scaled by
+    sqrt(d_model), a vocabulary of 37000 tokens shared with the output projection, and dropout 0.1 on the residuals,
+    the attention probabilities and the feed-forward activations; `generate()` decodes greedily unless
+    `generation_defaults` say otherwise. `preset_config("gpt2-small")` gives GPT-2 small (12 pre-LN layers, d_model
+    768, 12 heads, d_ff 3072, tanh GELU, 1024 learned positions, a 50257-token vocabulary),
+    `preset_config("tiny-decoder")` the same choices at test size (2 layers, d_model 64).
+
     Attributes:
         add_cross_attention: Give every layer encoder-decoder attention (the seq2seq decoder's blocks, section
             3.2.3), as GPT-2's and BERT's field does: the model then reads `encoder_hidden_states`, as the decoder of
             transformers' `EncoderDecoderModel` and `VisionEncoderDecoderModel` (which set it) does.
         is_decoder: True, as transformers' wrappers set it. A GPT-style stack is causal whatever the field says:
             `False` (transformers' generic testers and GPT-2's config pass it) builds the same causal decoder.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForCausalLM
+        >>> from aiayn import AiaynDecoderConfig
+        >>> config = AiaynDecoderConfig(vocab_size=100, d_model=32, num_heads=4, d_ff=64, num_layers=2)
+        >>> config.hidden_size, config.num_hidden_layers, config.is_decoder
+        (32, 2, True)
+        >>> model = AutoModelForCausalLM.from_config(config)  # an AiaynDecoderForCausalLM
+        >>> model(input_ids=torch.tensor([[5, 17, 42]])).logits.shape
+        torch.Size([1, 3, 100])
     """
 
     model_type = "aiayn_decoder"
@@ -369,6 +410,15 @@ class AiaynDecoderConfig(AiaynGenerativeConfig):
 @strict
 class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     """T5-style encoder-decoder models; the defaults are the paper's base translation model.
+
+    The defaults build the model of the paper's Figure 1 at Table 3's base size: an encoder and a decoder stack of 6
+    post-LN layers each, d_model 512, 8 heads of 64, d_ff 2048, ReLU, sinusoidal positions, and one 37000-token
+    vocabulary for source, target and the output projection, its embeddings scaled by sqrt(d_model); dropout 0.1 on
+    the residuals, the attention probabilities and the feed-forward activations; greedy decoding.
+    `preset_config("transformer-base")` is the paper's model exactly (dropout on the residuals and embeddings only;
+    beam search of width 4, length penalty 0.6, at most the source length + 50 tokens), `"transformer-big"` its big
+    model, `"t5-small"` T5-small's shape and choices (relative position buckets, pre-RMSNorm, no biases, a
+    32128-token vocabulary), `"tiny"` the paper's choices at test size (2 + 2 layers, d_model 64).
 
     Attributes:
         is_encoder_decoder: True: an encoder stack and a decoder stack.
@@ -385,6 +435,19 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
     A saved folder's config names aiayn's text-to-text pipeline in `custom_pipelines`, for processes where aiayn is not
     installed (the folder's copy of this module keeps it). The installed aiayn's config drops it: `import aiayn`
     registers that pipeline for the tasks, and `pipeline(task, model=folder)` then needs no `trust_remote_code`.
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForSeq2SeqLM
+        >>> from aiayn import AiaynSeq2SeqConfig, preset_config
+        >>> config = AiaynSeq2SeqConfig(vocab_size=100, d_model=32, num_heads=4, d_ff=64, num_layers=2)
+        >>> config.hidden_size, config.num_decoder_layers, config.decoder_start_token_id
+        (32, 2, 0)
+        >>> model = AutoModelForSeq2SeqLM.from_config(config).eval()  # an AiaynSeq2SeqForConditionalGeneration
+        >>> model(input_ids=torch.tensor([[12, 7, 30, 2]]), labels=torch.tensor([[44, 9, 2]])).logits.shape
+        torch.Size([1, 3, 100])
+        >>> preset_config("transformer-base").generation_defaults["num_beams"]
+        4
     """
 
     model_type = "aiayn_seq2seq"
@@ -415,8 +478,13 @@ class AiaynSeq2SeqConfig(AiaynGenerativeConfig):
 @strict
 class AiaynVisionConfig(AiaynConfig):
     """ViT-style image models (Dosovitskiy et al., 2021): an image cut into `patch_size` x `patch_size` patches, each
-    projected to d_model, is the sequence the encoder stack reads. The defaults are ViT's: pre-LN, erf GELU, LayerNorm
-    eps 1e-12, learned positions, no dropout.
+    projected to d_model, is the sequence the encoder stack reads.
+
+    The defaults build ViT's choices at the paper's base sizes: 224 x 224 RGB images in 16 x 16 patches (196 patches
+    after a class token, whose final state stands for the image), 6 pre-LN layers, d_model 512, 8 heads of 64, d_ff
+    2048, erf GELU, LayerNorm eps 1e-12, learned positions, no dropout. `preset_config("vit-base")` gives ViT-Base/16
+    (12 layers, d_model 768, 12 heads, d_ff 3072), `preset_config("tiny-vision")` 32 x 32 images in 4 x 4 patches at
+    test size (2 layers, d_model 64).
 
     Attributes:
         image_size: Side of the (square) images the model is built for, in pixels; `interpolate_pos_encoding=True`
@@ -436,6 +504,17 @@ class AiaynVisionConfig(AiaynConfig):
         dropout: As in `AiaynConfig`; 0 here (ViT).
         attention_dropout: As in `AiaynConfig`; 0 here (ViT).
         activation_dropout: As in `AiaynConfig`; 0 here (ViT).
+
+    Examples:
+        >>> import torch
+        >>> from transformers import AutoModelForImageClassification
+        >>> from aiayn import AiaynVisionConfig
+        >>> config = AiaynVisionConfig(image_size=32, patch_size=8, d_model=32, num_heads=4, d_ff=64, num_labels=3)
+        >>> config.hidden_size, config.grid_size, config.max_position_embeddings  # 4 x 4 patches and a class token
+        (32, 4, 17)
+        >>> model = AutoModelForImageClassification.from_config(config)  # an AiaynVisionForImageClassification
+        >>> model(pixel_values=torch.rand(2, 3, 32, 32)).logits.shape
+        torch.Size([2, 3])
     """
 
     model_type = "aiayn_vision"

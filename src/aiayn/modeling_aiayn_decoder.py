@@ -25,6 +25,17 @@ from .modeling_aiayn import AiaynGenerationMixin, AiaynPreTrainedModel, AiaynSta
 
 
 class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
+    """The base of the decoder family's models: their config (`AiaynDecoderConfig`), the Auto classes that build them
+    (`auto_classes`) and how the heads written once read this family's base model.
+
+    Examples:
+        >>> from transformers import AutoModelForCausalLM
+        >>> from aiayn import AiaynDecoderPreTrainedModel, preset_config
+        >>> model = AutoModelForCausalLM.from_config(preset_config("tiny-decoder"))
+        >>> type(model).__name__, isinstance(model, AiaynDecoderPreTrainedModel)
+        ('AiaynDecoderForCausalLM', True)
+    """
+
     config: AiaynDecoderConfig
     description = "GPT-style decoder-only Transformer"
     pretraining_auto_class = "AutoModelForCausalLM"
@@ -45,7 +56,16 @@ class AiaynDecoderPreTrainedModel(AiaynPreTrainedModel):
 
 class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
     """The causal decoder stack: every position attends to itself and the positions before it, and, with
-    `config.add_cross_attention`, to the states of an encoder (`encoder_hidden_states`)."""
+    `config.add_cross_attention`, to the states of an encoder (`encoder_hidden_states`).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynDecoderModel, preset_config
+        >>> model = AiaynDecoderModel(preset_config("tiny-decoder", vocab_size=100)).eval()  # d_model 64
+        >>> outputs = model(input_ids=torch.tensor([[5, 17, 42]]), use_cache=True)
+        >>> outputs.last_hidden_state.shape, outputs.cache.get_seq_length()  # the cache holds the 3 positions
+        (torch.Size([1, 3, 64]), 3)
+    """
 
     def __init__(self, config: AiaynDecoderConfig):
         super().__init__(config)
@@ -103,7 +123,19 @@ class AiaynDecoderModel(AiaynDecoderPreTrainedModel):
 
 
 class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
-    """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4)."""
+    """Language model: the next-token distribution at every position (the paper's decoder output, section 3.4).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynDecoderForCausalLM, preset_config
+        >>> model = AiaynDecoderForCausalLM(preset_config("tiny-decoder", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[5, 17, 42, 8]])
+        >>> outputs = model(input_ids=input_ids, labels=input_ids)  # shifted inside: position i is scored on i + 1
+        >>> outputs.logits.shape, outputs.loss.shape
+        (torch.Size([1, 4, 100]), torch.Size([]))
+        >>> model.generate(input_ids, max_new_tokens=3, min_new_tokens=3, do_sample=False).shape  # prompt + 3 tokens
+        torch.Size([1, 7])
+    """
 
     labels_shape_description = "one label per input token"
     predicts_next_token = True
@@ -170,17 +202,50 @@ class AiaynDecoderForCausalLM(AiaynDecoderPreTrainedModel, AiaynLanguageModel, A
 
 
 class AiaynDecoderForSequenceClassification(AiaynDecoderPreTrainedModel, AiaynForSequenceClassification):
-    """Classification or regression from the last real token, which has seen the whole sequence (GPT-2)."""
+    """Classification or regression from the last real token, which has seen the whole sequence (GPT-2).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynDecoderForSequenceClassification, preset_config
+        >>> model = AiaynDecoderForSequenceClassification(preset_config("tiny-decoder", num_labels=2)).eval()
+        >>> input_ids = torch.tensor([[5, 17, 42], [5, 9, 0]])  # the second row padded on the right
+        >>> attention_mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+        >>> logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # at tokens 42 and 9
+        >>> logits.shape
+        torch.Size([2, 2])
+        >>> torch.allclose(logits[1], model(input_ids=torch.tensor([[5, 9]])).logits[0], atol=1e-6)  # as unpadded
+        True
+    """
 
     output_class = SequenceClassifierOutputWithPast
 
 
 class AiaynDecoderForTokenClassification(AiaynDecoderPreTrainedModel, AiaynForTokenClassification):
-    """A label for every token, each seeing only its left context."""
+    """A label for every token, each seeing only its left context.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynDecoderForTokenClassification, preset_config
+        >>> model = AiaynDecoderForTokenClassification(preset_config("tiny-decoder", num_labels=3)).eval()
+        >>> outputs = model(input_ids=torch.tensor([[5, 17, 42, 8]]), labels=torch.tensor([[1, 2, 0, 0]]))
+        >>> outputs.logits.shape  # a score for each label at each token
+        torch.Size([1, 4, 3])
+    """
 
 
 class AiaynDecoderForQuestionAnswering(AiaynDecoderPreTrainedModel, AiaynForQuestionAnswering):
-    """Extractive question answering: start and end scores for every token, each seeing only its left context."""
+    """Extractive question answering: start and end scores for every token, each seeing only its left context.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynDecoderForQuestionAnswering, preset_config
+        >>> model = AiaynDecoderForQuestionAnswering(preset_config("tiny-decoder", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[17, 4, 3, 45, 46, 47]])  # the question, a separator, the context
+        >>> answer = {"start_positions": torch.tensor([4]), "end_positions": torch.tensor([5])}  # tokens 46 and 47
+        >>> outputs = model(input_ids=input_ids, **answer)
+        >>> outputs.start_logits.shape, outputs.end_logits.shape, outputs.loss.shape
+        (torch.Size([1, 6]), torch.Size([1, 6]), torch.Size([]))
+    """
 
 
 __all__ = [

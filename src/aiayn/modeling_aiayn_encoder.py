@@ -22,6 +22,17 @@ from .modeling_aiayn import AiaynPreTrainedModel, AiaynStack, AiaynTokenEmbeddin
 
 
 class AiaynEncoderPreTrainedModel(AiaynPreTrainedModel):
+    """The base of the encoder family's models: their config (`AiaynEncoderConfig`), the Auto classes that build them
+    (`auto_classes`) and how the heads written once read this family's base model.
+
+    Examples:
+        >>> from transformers import AutoModelForMaskedLM
+        >>> from aiayn import AiaynEncoderPreTrainedModel, preset_config
+        >>> model = AutoModelForMaskedLM.from_config(preset_config("tiny-encoder"))
+        >>> type(model).__name__, isinstance(model, AiaynEncoderPreTrainedModel)
+        ('AiaynEncoderForMaskedLM', True)
+    """
+
     config: AiaynEncoderConfig
     description = "BERT-style encoder-only Transformer"
     pretraining_auto_class = "AutoModelForMaskedLM"
@@ -54,6 +65,15 @@ class AiaynEncoderModel(AiaynEncoderPreTrainedModel):
     Args:
         config: The model's config.
         add_pooling_layer: Add BERT's pooler (dense and tanh over the first position's final state).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderModel, preset_config
+        >>> model = AiaynEncoderModel(preset_config("tiny-encoder", vocab_size=100)).eval()  # d_model 64
+        >>> input_ids = torch.tensor([[2, 17, 4, 45, 3], [2, 9, 3, 0, 0]])
+        >>> outputs = model(input_ids=input_ids, attention_mask=input_ids.ne(0).long())  # 0 is the padding
+        >>> outputs.last_hidden_state.shape, outputs.pooler_output.shape
+        (torch.Size([2, 5, 64]), torch.Size([2, 64]))
     """
 
     def __init__(self, config: AiaynEncoderConfig, add_pooling_layer: bool = True):
@@ -123,7 +143,18 @@ class AiaynEncoderMaskedLMHead(nn.Module):
 
 
 class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
-    """BERT's masked language model: the original token at each masked position."""
+    """BERT's masked language model: the original token at each masked position.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderForMaskedLM, preset_config
+        >>> model = AiaynEncoderForMaskedLM(preset_config("tiny-encoder", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[2, 17, 4, 45, 3]])  # 4 stands for the mask token here
+        >>> labels = torch.tensor([[-100, -100, 9, -100, -100]])  # the original token, at the masked position only
+        >>> outputs = model(input_ids=input_ids, labels=labels)
+        >>> outputs.logits.shape, outputs.loss.shape  # a score for every vocabulary token at every position
+        (torch.Size([1, 5, 100]), torch.Size([]))
+    """
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.encoder.embeddings.embed_tokens.weight"}
     _tp_plan = {"lm_head.decoder": "colwise_gather_output"}  # split like the tied token table
@@ -185,19 +216,63 @@ class AiaynEncoderForMaskedLM(AiaynEncoderPreTrainedModel, AiaynLanguageModel):
 
 
 class AiaynEncoderForSequenceClassification(AiaynEncoderPreTrainedModel, AiaynForSequenceClassification):
-    """Classification or regression from the pooled first token (BERT)."""
+    """Classification or regression from the pooled first token (BERT).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderForSequenceClassification, preset_config
+        >>> _ = torch.manual_seed(0)  # the same initial weights on every run
+        >>> model = AiaynEncoderForSequenceClassification(preset_config("tiny-encoder", num_labels=3)).eval()
+        >>> outputs = model(input_ids=torch.tensor([[2, 17, 4, 45, 3]]), labels=torch.tensor([1]))
+        >>> outputs.logits.shape, round(outputs.loss.item(), 1)  # untrained: about ln(3), no class preferred
+        (torch.Size([1, 3]), 1.1)
+    """
 
 
 class AiaynEncoderForTokenClassification(AiaynEncoderPreTrainedModel, AiaynForTokenClassification):
-    """A label for every token (named entities, tagging)."""
+    """A label for every token (named entities, tagging).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderForTokenClassification, preset_config
+        >>> model = AiaynEncoderForTokenClassification(preset_config("tiny-encoder", num_labels=3)).eval()
+        >>> input_ids = torch.tensor([[2, 17, 4, 45, 3]])
+        >>> labels = torch.tensor([[-100, 1, 2, 0, -100]])  # e.g. B, I, O; none for the special tokens
+        >>> outputs = model(input_ids=input_ids, labels=labels)
+        >>> outputs.logits.shape  # a score for each label at each token
+        torch.Size([1, 5, 3])
+    """
 
 
 class AiaynEncoderForQuestionAnswering(AiaynEncoderPreTrainedModel, AiaynForQuestionAnswering):
-    """Extractive question answering: start and end scores for every token (BERT on SQuAD)."""
+    """Extractive question answering: start and end scores for every token (BERT on SQuAD).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderForQuestionAnswering, preset_config
+        >>> model = AiaynEncoderForQuestionAnswering(preset_config("tiny-encoder", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[2, 17, 4, 3, 45, 46, 47, 3]])  # [CLS] question [SEP] context [SEP]
+        >>> token_type_ids = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+        >>> answer = {"start_positions": torch.tensor([5]), "end_positions": torch.tensor([6])}  # tokens 46 and 47
+        >>> outputs = model(input_ids=input_ids, token_type_ids=token_type_ids, **answer)
+        >>> outputs.start_logits.shape, outputs.end_logits.shape, outputs.loss.shape
+        (torch.Size([1, 8]), torch.Size([1, 8]), torch.Size([]))
+    """
 
 
 class AiaynEncoderForMultipleChoice(AiaynEncoderPreTrainedModel, AiaynForMultipleChoice):
-    """Scores each of `num_choices` candidate sequences from its pooled first token (BERT on SWAG)."""
+    """Scores each of `num_choices` candidate sequences from its pooled first token (BERT on SWAG).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynEncoderForMultipleChoice, preset_config
+        >>> _ = torch.manual_seed(0)  # the same initial weights on every run
+        >>> model = AiaynEncoderForMultipleChoice(preset_config("tiny-encoder", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[[2, 17, 4, 3, 30, 3], [2, 17, 4, 3, 31, 3]]])  # (batch, choices, length)
+        >>> outputs = model(input_ids=input_ids, labels=torch.tensor([1]))  # the second choice is right
+        >>> outputs.logits.shape, round(outputs.loss.item(), 1)  # untrained: about ln(2), no choice preferred
+        (torch.Size([1, 2]), 0.7)
+    """
 
 
 __all__ = [

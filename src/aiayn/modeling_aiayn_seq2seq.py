@@ -59,6 +59,17 @@ class SourceLengthLimitLogitsProcessor(LogitsProcessor):
 
 
 class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
+    """The base of the seq2seq family's models: their config (`AiaynSeq2SeqConfig`), the Auto classes that build them
+    (`auto_classes`), how the heads written once read both stacks, and the decoder inputs built from labels.
+
+    Examples:
+        >>> from transformers import AutoModelForSeq2SeqLM
+        >>> from aiayn import AiaynSeq2SeqPreTrainedModel, preset_config
+        >>> model = AutoModelForSeq2SeqLM.from_config(preset_config("tiny"))
+        >>> type(model).__name__, isinstance(model, AiaynSeq2SeqPreTrainedModel)
+        ('AiaynSeq2SeqForConditionalGeneration', True)
+    """
+
     config: AiaynSeq2SeqConfig
     description = "T5-style encoder-decoder Transformer"
     pretraining_auto_class = "AutoModelForSeq2SeqLM"
@@ -142,7 +153,19 @@ class AiaynSeq2SeqPreTrainedModel(AiaynPreTrainedModel):
 
 class AiaynSeq2SeqStacks(AiaynSeq2SeqPreTrainedModel):
     """The token table shared by source and target (section 3.4), `shared`, and the stacks that read it: the encoder
-    and, where `has_decoder`, the decoder."""
+    and, where `has_decoder`, the decoder.
+
+    Examples:
+        >>> from aiayn import AiaynSeq2SeqEncoderModel, AiaynSeq2SeqModel, preset_config
+        >>> config = preset_config("tiny", vocab_size=100)
+        >>> model = AiaynSeq2SeqModel(config)
+        >>> model.encoder.get_input_embeddings().weight is model.shared.weight  # one table for source and target
+        True
+        >>> model.decoder.get_input_embeddings().weight is model.shared.weight
+        True
+        >>> hasattr(AiaynSeq2SeqEncoderModel(config), "decoder")
+        False
+    """
 
     has_decoder = True
     _tp_plan = {"shared": "embedding_rowwise"}  # with the stacks' plans (`config.base_model_tp_plan`)
@@ -175,7 +198,17 @@ class AiaynSeq2SeqStacks(AiaynSeq2SeqPreTrainedModel):
 
 class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
     """Encoder and decoder stacks sharing one token embedding (section 3.4): the decoder attends causally to its
-    own inputs and fully to the encoder output."""
+    own inputs and fully to the encoder output.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynSeq2SeqModel, preset_config
+        >>> model = AiaynSeq2SeqModel(preset_config("tiny", vocab_size=100)).eval()  # d_model 64
+        >>> source, decoder_input_ids = torch.tensor([[12, 7, 30, 2]]), torch.tensor([[0, 44, 9]])  # 0 starts
+        >>> outputs = model(input_ids=source, decoder_input_ids=decoder_input_ids)
+        >>> outputs.encoder_last_hidden_state.shape, outputs.last_hidden_state.shape
+        (torch.Size([1, 4, 64]), torch.Size([1, 3, 64]))
+    """
 
     # Each stack has its own table, tied to `shared` as transformers ties parameters (T5 does the same): loading then
     # reports and initialises each name, and save_pretrained stores the table once.
@@ -258,7 +291,20 @@ class AiaynSeq2SeqModel(AiaynSeq2SeqStacks):
 
 
 class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLanguageModel, AiaynGenerationMixin):
-    """Translation and other text-to-text tasks: the next target token given the source and the target prefix."""
+    """Translation and other text-to-text tasks: the next target token given the source and the target prefix.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynSeq2SeqForConditionalGeneration, preset_config
+        >>> model = AiaynSeq2SeqForConditionalGeneration(preset_config("tiny", vocab_size=100)).eval()
+        >>> source, target = torch.tensor([[12, 7, 30, 2]]), torch.tensor([[44, 9, 2]])
+        >>> outputs = model(input_ids=source, labels=target)  # the decoder reads the labels shifted right
+        >>> outputs.logits.shape, outputs.loss.shape
+        (torch.Size([1, 3, 100]), torch.Size([]))
+        >>> translation = model.generate(source, num_beams=4, min_new_tokens=5, max_new_tokens=5)
+        >>> translation.shape, translation[0, 0].item()  # decoder_start_token_id, then 5 tokens
+        (torch.Size([1, 6]), 0)
+    """
 
     labels_shape_description = "one label per decoder input token"
     _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
@@ -389,19 +435,52 @@ class AiaynSeq2SeqForConditionalGeneration(AiaynSeq2SeqPreTrainedModel, AiaynLan
 
 
 class AiaynSeq2SeqForSequenceClassification(AiaynSeq2SeqPreTrainedModel, AiaynForSequenceClassification):
-    """Classification or regression from the decoder state at the last real token (BART's recipe)."""
+    """Classification or regression from the decoder state at the last real token (BART's recipe).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynSeq2SeqForSequenceClassification, preset_config
+        >>> model = AiaynSeq2SeqForSequenceClassification(preset_config("tiny", num_labels=3)).eval()
+        >>> input_ids = torch.tensor([[12, 7, 30, 2], [12, 9, 2, 0]])  # both stacks read each sequence
+        >>> outputs = model(input_ids=input_ids, attention_mask=input_ids.ne(0).long(), labels=torch.tensor([0, 2]))
+        >>> outputs.logits.shape, outputs.encoder_last_hidden_state.shape
+        (torch.Size([2, 3]), torch.Size([2, 4, 64]))
+    """
 
     output_class = Seq2SeqSequenceClassifierOutput
 
 
 class AiaynSeq2SeqForQuestionAnswering(AiaynSeq2SeqPreTrainedModel, AiaynForQuestionAnswering):
-    """Extractive question answering from the decoder states (BART's recipe)."""
+    """Extractive question answering from the decoder states (BART's recipe).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynSeq2SeqForQuestionAnswering, preset_config
+        >>> model = AiaynSeq2SeqForQuestionAnswering(preset_config("tiny", vocab_size=100)).eval()
+        >>> input_ids = torch.tensor([[17, 4, 3, 45, 46, 47, 2]])  # the question, a separator, the context
+        >>> answer = {"start_positions": torch.tensor([4]), "end_positions": torch.tensor([5])}  # tokens 46 and 47
+        >>> outputs = model(input_ids=input_ids, **answer)
+        >>> outputs.start_logits.shape, outputs.end_logits.shape, outputs.loss.shape
+        (torch.Size([1, 7]), torch.Size([1, 7]), torch.Size([]))
+    """
 
     output_class = Seq2SeqQuestionAnsweringModelOutput
 
 
 class AiaynSeq2SeqEncoderModel(AiaynSeq2SeqStacks):
-    """The encoder stack of a seq2seq model on its own (like `T5EncoderModel`), e.g. for sentence features."""
+    """The encoder stack of a seq2seq model on its own (like `T5EncoderModel`), e.g. for sentence features.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynSeq2SeqEncoderModel, preset_config
+        >>> model = AiaynSeq2SeqEncoderModel(preset_config("tiny", vocab_size=100)).eval()  # d_model 64
+        >>> input_ids = torch.tensor([[12, 7, 30, 2], [12, 9, 2, 0]])
+        >>> mask = input_ids.ne(0).unsqueeze(-1)  # 0 is the padding
+        >>> states = model(input_ids=input_ids, attention_mask=mask[..., 0]).last_hidden_state
+        >>> sentence = (states * mask).sum(1) / mask.sum(1)  # the mean of each sequence's tokens
+        >>> states.shape, sentence.shape
+        (torch.Size([2, 4, 64]), torch.Size([2, 64]))
+    """
 
     has_decoder = False
     _tied_weights_keys = {"encoder.embeddings.embed_tokens.weight": "shared.weight"}

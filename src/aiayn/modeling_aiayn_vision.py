@@ -22,6 +22,17 @@ from .positions_aiayn import AiaynSinusoidalPositionEmbedding
 
 
 class AiaynVisionPreTrainedModel(AiaynPreTrainedModel):
+    """The base of the vision family's models: their config (`AiaynVisionConfig`), the Auto classes that build them
+    (`auto_classes`) and ViT's initialisation of the patch projection, the class token and the positions.
+
+    Examples:
+        >>> from transformers import AutoModelForImageClassification
+        >>> from aiayn import AiaynVisionPreTrainedModel, preset_config
+        >>> model = AutoModelForImageClassification.from_config(preset_config("tiny-vision"))
+        >>> type(model).__name__, isinstance(model, AiaynVisionPreTrainedModel)
+        ('AiaynVisionForImageClassification', True)
+    """
+
     config: AiaynVisionConfig
     main_input_name = "pixel_values"
     input_modalities = ("image",)
@@ -174,6 +185,15 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
         config: The model's config.
         add_pooling_layer: Add ViT's pooler (with `config.pooling == "cls"` only).
         use_mask_token: Learn a mask token that replaces the patches of `bool_masked_pos` (masked-image modelling).
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynVisionModel, preset_config
+        >>> config = preset_config("tiny-vision")  # 32 x 32 images in 4 x 4 patches, d_model 64
+        >>> model = AiaynVisionModel(config).eval()
+        >>> outputs = model(pixel_values=torch.rand(2, 3, 32, 32))
+        >>> outputs.last_hidden_state.shape, outputs.pooler_output.shape  # the class token and 8 x 8 patches
+        (torch.Size([2, 65, 64]), torch.Size([2, 64]))
     """
 
     def __init__(self, config: AiaynVisionConfig, add_pooling_layer: bool = True, use_mask_token: bool = False):
@@ -214,7 +234,18 @@ class AiaynVisionModel(AiaynVisionPreTrainedModel):
 
 
 class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
-    """A class for each image, from the final state of its class token (ViT) or the mean of its patches'."""
+    """A class for each image, from the final state of its class token (ViT) or the mean of its patches'.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynVisionForImageClassification, preset_config
+        >>> model = AiaynVisionForImageClassification(preset_config("tiny-vision", num_labels=4)).eval()
+        >>> outputs = model(pixel_values=torch.rand(2, 3, 32, 32), labels=torch.tensor([0, 3]))
+        >>> outputs.logits.shape, outputs.loss.shape
+        (torch.Size([2, 4]), torch.Size([]))
+        >>> model(pixel_values=torch.rand(1, 3, 48, 48), interpolate_pos_encoding=True).logits.shape  # another size
+        torch.Size([1, 4])
+    """
 
     def __init__(self, config: AiaynVisionConfig):
         super().__init__(config)
@@ -251,7 +282,17 @@ class AiaynVisionForImageClassification(AiaynVisionPreTrainedModel):
 class AiaynVisionForMaskedImageModeling(AiaynVisionPreTrainedModel):
     """Masked-image modelling (SimMIM, as transformers' `ViTForMaskedImageModeling`): masked patches enter as a learned
     mask token, and a 1x1 convolution and a pixel shuffle turn every patch's final state back into its pixels. The loss
-    is the mean absolute error over the masked pixels."""
+    is the mean absolute error over the masked pixels.
+
+    Examples:
+        >>> import torch
+        >>> from aiayn import AiaynVisionForMaskedImageModeling, preset_config
+        >>> model = AiaynVisionForMaskedImageModeling(preset_config("tiny-vision")).eval()  # 8 x 8 patches
+        >>> bool_masked_pos = torch.arange(64).remainder(2).bool().unsqueeze(0)  # every other patch
+        >>> outputs = model(pixel_values=torch.rand(1, 3, 32, 32), bool_masked_pos=bool_masked_pos)
+        >>> outputs.reconstruction.shape, outputs.loss.shape  # the image's pixels; the error on the masked ones
+        (torch.Size([1, 3, 32, 32]), torch.Size([]))
+    """
 
     def __init__(self, config: AiaynVisionConfig):
         super().__init__(config)

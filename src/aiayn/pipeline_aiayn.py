@@ -27,6 +27,17 @@ class AiaynText2TextGenerationPipeline(Pipeline):
     Each source is read after the config's `prefix` (T5's convention: `aiayn train --source_prefix` saves it) and cut
     to the tokenizer's `model_max_length` (the model's positions, as `aiayn train` saves it) unless `truncation` is
     False. Postprocessing takes `clean_up_tokenization_spaces`.
+
+    Examples:
+        >>> from transformers import AutoModelForSeq2SeqLM, pipeline
+        >>> from aiayn import preset_config
+        >>> from aiayn.tokenization import config_token_fields, train_tokenizer
+        >>> tokenizer = train_tokenizer("seq2seq", ["the cat sat on the mat", "a dog sat on a log"], vocab_size=40)
+        >>> config = preset_config("tiny", **config_token_fields(tokenizer, "seq2seq"))  # the tokenizer's ids
+        >>> model = AutoModelForSeq2SeqLM.from_config(config)
+        >>> translate = pipeline("translation", model=model, tokenizer=tokenizer)  # import aiayn registers the task
+        >>> type(translate).__name__, list(translate("the cat sat", max_new_tokens=4)[0])  # untrained: any text
+        ('AiaynText2TextGenerationPipeline', ['translation_text'])
     """
 
     _pipeline_calls_generate = True
