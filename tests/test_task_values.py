@@ -6,6 +6,8 @@ import importlib.util
 import json
 import math
 import os
+import subprocess
+import sys
 
 import datasets
 import numpy as np
@@ -17,7 +19,7 @@ from huggingface_hub.errors import StrictDataclassError
 import aiayn
 from aiayn.baselines import masked_lm_baselines
 from aiayn.data import load_files
-from aiayn.metrics import Seqeval
+from aiayn.metrics import Accuracy, Seqeval, Squad
 from aiayn.tasks import causal_lm, masked_lm, multiple_choice, summarization
 from aiayn.tasks.generation import decoded_texts, generated_and_references
 from aiayn.tasks.qa_postprocessing import postprocess_qa_predictions
@@ -523,3 +525,53 @@ def test_probability_fields_take_0_up_to_just_below_1(preset, name):
         assert isinstance(error.value.__cause__, ValueError), value
         with pytest.raises(StrictDataclassError, match=f"'{name}'"):
             setattr(config, name, value)
+
+
+# The metrics' edge cases.
+
+
+def test_accuracy_of_no_predictions_is_nan():
+    """No predictions (a batch with no masked token) score nan, not a division by zero."""
+    assert math.isnan(Accuracy().compute(predictions=[], references=[])["accuracy"])
+
+
+@pytest.mark.filterwarnings("error::sklearn.exceptions.UndefinedMetricWarning")
+def test_seqeval_scores_0_without_a_warning_where_a_score_is_undefined():
+    """No entity predicted or in the references: precision, recall and F1 are 0 (not 1), all tags are right; an entity
+    predicted where the references hold another (PER missed, LOC never in the references, so its recall and PER's
+    precision are 0/0): every score 0, 1 of 3 tags right. seqeval warns of none of the 0/0."""
+    scores = Seqeval().compute(predictions=[["O", "O"]], references=[["O", "O"]])
+    assert scores == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 1.0}
+    scores = Seqeval().compute(predictions=[["O", "B-LOC", "O"]], references=[["B-PER", "O", "O"]], entity_level=True)
+    expected = {"precision": 0.0, "recall": 0.0, "f1": 0.0, "accuracy": 1 / 3}
+    for entity, number in (("PER", 1), ("LOC", 0)):
+        expected.update({f"{entity}_precision": 0.0, f"{entity}_recall": 0.0, f"{entity}_f1": 0.0})
+        expected[f"{entity}_number"] = number
+    assert scores == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_metric_without_its_library_names_what_pip_installs_and_the_extra():
+    """In a process where seqeval and rouge_score cannot be imported (as where the `train` extra is not installed),
+    computing `Seqeval` or `Rouge` is a `MissingExtra` naming the package pip installs (rouge-score, not the module
+    rouge_score) and the extra."""
+    code = (
+        'import sys\nsys.modules["seqeval"] = sys.modules["rouge_score"] = None\n'
+        "from aiayn.metrics import Rouge, Seqeval\n"
+        "for metric, texts in ((Seqeval(), [['O']]), (Rouge(), ['a'])):\n"
+        "    try:\n"
+        "        metric.compute(predictions=texts, references=texts)\n"
+        "    except ImportError as error:\n"
+        "        print(type(error).__name__, error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == [
+        "MissingExtra This metric needs seqeval: pip install 'aiayn[train]'.",
+        "MissingExtra This metric needs rouge-score: pip install 'aiayn[train]'.",
+    ]
+
+
+def test_squad_scores_a_question_without_references_against_the_empty_answer():
+    """SQuAD v1.1's scores of one question (the whole score, in percent) without reference answers: the empty answer is
+    right, any other wrong."""
+    assert Squad().compute(predictions=[""], references=[[]]) == {"exact_match": 100.0, "f1": 100.0}
+    assert Squad().compute(predictions=["Paris"], references=[[]]) == {"exact_match": 0.0, "f1": 0.0}

@@ -963,3 +963,132 @@ def test_classes_may_be_strings_integers_or_booleans(labels, accepted):
     else:
         with pytest.raises(ValueError, match="Classification needs classes .strings, integers or booleans."):
             check_classes(corpus, data_args)
+
+
+# Tokenized blocks and tags, read back by value.
+
+
+def test_causal_lm_blocks_end_each_text_with_eos():
+    """run_clm's stream: "w5 w6" and "w7 w8 w9" each ended by </s> (id 2), cut into blocks of 3 (the last </s>
+    dropped with the remainder)."""
+    from helpers import word_tokenizer
+
+    from aiayn.tasks.causal_lm import causal_lm_dataset
+
+    corpus = datasets.DatasetDict(train=datasets.Dataset.from_list([{"text": "w5 w6"}, {"text": "w7 w8 w9"}]))
+    blocks = causal_lm_dataset(corpus, word_tokenizer(), None, DataArguments(text_column="text", block_size=3))
+    assert list(blocks["train"]["input_ids"]) == [[5, 6, 2], [7, 8, 9]]
+
+
+def test_preprocessing_workers_shard_each_map_and_overwrite_cache_skips_the_cache(tmp_path):
+    """`--preprocessing_num_workers 2`: each map of the data (run_clm's tokenizing and grouping, run_ner's
+    tokenizing) writes its cache in 2 shards beside the stored data; `--overwrite_cache` turns the cache off."""
+    from helpers import word_tokenizer
+
+    from aiayn.tasks.causal_lm import causal_lm_dataset
+    from aiayn.tasks.task import map_options
+    from aiayn.tasks.token_classification import token_classification_dataset
+    from aiayn.tokenization import train_tokenizer
+
+    assert map_options(DataArguments(preprocessing_num_workers=2, overwrite_cache=True)) == {
+        "num_proc": 2,
+        "load_from_cache_file": False,
+    }
+    assert map_options(DataArguments()) == {"num_proc": None, "load_from_cache_file": None}
+
+    def stored(name: str, rows: list[dict]) -> datasets.DatasetDict:
+        datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / name))
+        return datasets.DatasetDict(train=datasets.load_from_disk(str(tmp_path / name)))
+
+    def shards(name: str) -> list[str]:
+        return sorted(file[-20:] for file in os.listdir(tmp_path / name) if file.startswith("cache-"))
+
+    two_maps = ["00000_of_00002.arrow"] * 2 + ["00001_of_00002.arrow"] * 2
+    text = stored("text", [{"text": f"w{5 + i} w{6 + i}"} for i in range(8)])
+    causal_lm_dataset(text, word_tokenizer(), None, DataArguments(text_column="text", block_size=3,
+                                                                    preprocessing_num_workers=2))  # fmt: skip
+    assert shards("text") == two_maps
+    tags = stored("tags", [{"tokens": ["Anna", "sang"], "ner_tags": ["B-PER", "O"]}] * 4)
+    model = types.SimpleNamespace(config=types.SimpleNamespace(label2id={"B-PER": 0, "O": 1}))
+    tokenizer = train_tokenizer("encoder", ["Anna sang"] * 20, 60)
+    ner = DataArguments(text_column="tokens", label_column="ner_tags", block_size=8, preprocessing_num_workers=2)
+    token_classification_dataset(tags, tokenizer, model, ner)
+    assert shards("tags") == ["00000_of_00002.arrow", "00001_of_00002.arrow"]
+
+
+def test_tags_may_be_integers_or_class_names_and_are_read_without_training_data():
+    """Integer tags are named by their strings; a `ClassLabel`'s by its names; a saved tagger evaluated on validation
+    data alone reads its tags there; a column of plain strings (not a list per example) is named."""
+    from aiayn.tasks.token_classification import tag_names, word_tags
+
+    args = DataArguments(text_column="tokens", label_column="ner_tags")
+    integers = datasets.Dataset.from_dict({"tokens": [["a", "b"], ["c"]], "ner_tags": [[2, 0], [10]]})
+    assert tag_names(datasets.DatasetDict(train=integers), args) == ["0", "10", "2"]
+    features = datasets.Features(tokens=datasets.List(datasets.Value("string")),
+                                 ner_tags=datasets.List(datasets.ClassLabel(names=["O", "B-PER"])))  # fmt: skip
+    named = datasets.Dataset.from_dict({"tokens": [["a", "b"]], "ner_tags": [[1, 0]]}, features=features)
+    assert word_tags(named, args) == [["B-PER", "O"]]
+    validation = datasets.Dataset.from_dict({"tokens": [["a", "b"]], "ner_tags": [["O", "B-LOC"]]})
+    assert tag_names(datasets.DatasetDict(validation=validation), args) == ["B-LOC", "O"]
+    flat = datasets.Dataset.from_dict({"tokens": [["a", "b"]], "ner_tags": ["O"]})
+    with pytest.raises(ValueError, match=re.escape("in the label column 'ner_tags'; it holds Value('string').")):
+        tag_names(datasets.DatasetDict(train=flat), args)
+
+
+def test_label_all_tokens_turns_only_b_tags_into_i_tags():
+    """run_ner's `b_to_i_label` on BIOES tags: B-PER becomes I-PER; I, E, S and O stay."""
+    from aiayn.tasks.token_classification import inside_tags
+
+    label2id = {"B-PER": 0, "I-PER": 1, "E-PER": 2, "S-PER": 3, "O": 4}
+    assert inside_tags(label2id) == {0: 1, 1: 1, 2: 2, 3: 3, 4: 4}
+
+
+def test_a_new_tokenizer_learns_each_tag_examples_words_joined_by_spaces():
+    from aiayn.tasks.token_classification import token_texts
+
+    words = datasets.Dataset.from_dict({"tokens": [["Anna", "met", "Ben"], ["Anna"]]})
+    assert list(token_texts(words, DataArguments(text_column="tokens"))) == ["Anna met Ben", "Anna"]
+
+
+def test_tag_refusals_name_the_split_and_at_most_ten_tags():
+    """A test split without tags; 11 validation tags the training data lacks (the first 10 named); 11 tags a saved
+    tagger does not know (the first 10 named, then its own)."""
+    from aiayn.tasks.task import check_seen
+    from aiayn.tasks.token_classification import check_tags, token_classification_dataset
+
+    args = DataArguments(text_column="tokens", label_column="ner_tags", block_size=8)
+    tagged = datasets.Dataset.from_dict({"tokens": [["Anna", "sang"]], "ner_tags": [["B-PER", "O"]]})
+    untagged = datasets.Dataset.from_dict({"tokens": [["Anna", "sang"]]})
+    with pytest.raises(ValueError, match=re.escape("The test data has no tags ('ner_tags'); run_ner's predictions "
+                                                   "need them too, to know where each word starts.")):  # fmt: skip
+        check_tags(datasets.DatasetDict(train=tagged, validation=tagged, test=untagged), args)
+    letters = list("abcdefghijk")
+    many = datasets.Dataset.from_dict({"tokens": [letters], "ner_tags": [letters]})
+    with pytest.raises(ValueError, match=re.escape("holds 11 tag(s) the training data never holds: ['a', 'b', 'c', "
+                                                   "'d', 'e', 'f', 'g', 'h', 'i', 'j']; a model")):  # fmt: skip
+        check_seen(datasets.DatasetDict(train=tagged, validation=many), "ner_tags", "tag", lambda tags: tags)
+    model = types.SimpleNamespace(config=types.SimpleNamespace(label2id={"O": 1, "B-PER": 0}))
+    with pytest.raises(ValueError, match=re.escape("The validation data holds tags the model does not know, ['a', "
+                                                   "'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j']; its tags are "
+                                                   "['B-PER', 'O'].")):  # fmt: skip
+        token_classification_dataset(datasets.DatasetDict(validation=many), None, model, args)
+
+
+def test_predictions_files_are_utf_8_whatever_the_locale(tmp_path):
+    """Under an ASCII locale (C, not coerced to UTF-8), predictions.txt and predict_results.txt still hold the
+    tags and classes in UTF-8."""
+    script = f"""
+import types
+import numpy as np
+from aiayn.tasks.task import write_index_predictions
+from aiayn.tasks.token_classification import write_tag_predictions
+config = types.SimpleNamespace(id2label={{0: "O", 1: "B-STRA\\u00dfE"}})
+trainer = types.SimpleNamespace(model=types.SimpleNamespace(config=config))
+output = types.SimpleNamespace(predictions=np.eye(2)[[[1, 0]]], label_ids=np.array([[0, 0]]))
+write_tag_predictions(output, trainer, None, None, None, {str(tmp_path)!r})
+write_index_predictions({str(tmp_path)!r}, ["caf\\u00e9", "th\\u00e9"])
+"""
+    ascii_locale = {**os.environ, "LC_ALL": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}
+    subprocess.run([sys.executable, "-c", script], env=ascii_locale, check=True, capture_output=True)
+    assert (tmp_path / "predictions.txt").read_text(encoding="utf-8") == "B-STRAßE O\n"
+    assert (tmp_path / "predict_results.txt").read_text(encoding="utf-8") == "index\tprediction\n0\tcafé\n1\tthé\n"

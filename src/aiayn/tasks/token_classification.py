@@ -20,14 +20,14 @@ def tag_names(corpus: datasets.DatasetDict, data_args) -> list[str]:
     if not isinstance(inner, datasets.Value) or not inner.dtype.startswith(("string", "large_string", "int")):
         raise ValueError(
             f"Token classification needs a list of tags (strings or integers) per example in the label column "
-            f"{data_args.label_column!r}; it holds {corpus['train'].features[data_args.label_column]}."
+            f"{data_args.label_column!r}; it holds {first_split(corpus).features[data_args.label_column]}."
         )
     return sorted({str(tag) for tags in first_split(corpus)[data_args.label_column] for tag in tags})
 
 
 def _inner_feature(dataset: datasets.Dataset, data_args):
-    feature = dataset.features[data_args.label_column]
-    return feature[0] if isinstance(feature, list) else getattr(feature, "feature", None)
+    """The feature of each tag of the label column (None where the column is not a list)."""
+    return getattr(dataset.features[data_args.label_column], "feature", None)
 
 
 def word_tags(dataset: datasets.Dataset, data_args) -> list[list[str]]:
@@ -117,10 +117,10 @@ def token_classification_collator(tokenizer, model, data_args, seed: int):
 
 
 def scored_tags(predictions, label_ids, id2label: dict) -> tuple[list[list[str]], list[list[str]]]:
-    """The predicted and the reference tag of each scored position (a label other than -100), as strings."""
-    predictions = predictions.argmax(-1) if predictions.ndim == 3 else predictions
+    """The predicted (the best of each position's logits, `predictions`) and the reference tag of each scored position
+    (a label other than -100), as strings."""
     predicted, expected = [], []
-    for row, labels in zip(predictions, label_ids, strict=True):
+    for row, labels in zip(predictions.argmax(-1), label_ids, strict=True):
         kept = labels != -100
         predicted.append([id2label[int(i)] for i in row[kept]])
         expected.append([id2label[int(i)] for i in labels[kept]])
