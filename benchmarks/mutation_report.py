@@ -17,6 +17,11 @@ import sys
 # Survivors read by hand, by mutant name: "equivalent: ..." where the mutant cannot change what any caller sees,
 # else what no test asserts.
 WHY: dict[str, str] = {
+    "aiayn.tasks.task.x_tokenized_splits__mutmut_12": (
+        "killed by test_preprocessing_workers_shard_each_map_and_overwrite_cache_skips_the_cache, whose check"
+        " of this map mutmut's table of tests per function does not know (the test existed before it gained "
+        "the check; checked by hand: the test fails on a copy of the source with this mutation)"
+    ),
     "aiayn.metrics.xǁRougeǁ_compute__mutmut_12": (
         "killed by test_a_metric_without_its_library_names_what_pip_installs_and_the_extra, whose subprocess "
         "imports the unmutated package: mutmut switches to a mutant in the test's own process only (checked "
@@ -294,7 +299,7 @@ KINDS = [
         "equivalent: the label of datasets' progress bar",
     ),
     (
-        r"^\s*(description|citation|inputs_description)=",
+        r"^\s*(description|citation|inputs_description)=.*",
         "equivalent: the metric's description (evaluate's `MetricInfo`), which no result carries",
     ),
     (
@@ -380,10 +385,28 @@ def changed_lines(name: str) -> list[str]:
 
 
 def kind_of(changed: list[str]) -> str:
-    """The reason of the first kind (`KINDS`) whose pattern an added line matches, else "not yet read"."""
+    """The reason of the first kind (`KINDS`) whose pattern, in the mutant's added line, spans all that the mutant
+    changed in its line (a `desc=` label is a kind; an argument changed beside one is not), else "not yet read"."""
+    removed = [line[1:] for line in changed if line.startswith("-")]
     added = [line[1:] for line in changed if line.startswith("+")]
-    return next((reason for pattern, reason in KINDS if any(re.search(pattern, line) for line in added)),
-                "not yet read")  # fmt: skip
+    if len(removed) != 1 or len(added) != 1:
+        return "not yet read"
+    start, end = changed_span(removed[0], added[0])
+    for pattern, reason in KINDS:
+        if any(match.start() <= start and end <= match.end() for match in re.finditer(pattern, added[0])):
+            return reason
+    return "not yet read"
+
+
+def changed_span(before: str, after: str) -> tuple[int, int]:
+    """Where `after` differs from `before`: the span of `after` between their common prefix and common suffix."""
+    prefix = next(
+        (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), min(len(before), len(after))
+    )
+    suffix = 0
+    while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
+        suffix += 1
+    return prefix, len(after) - suffix
 
 
 if __name__ == "__main__":

@@ -981,12 +981,13 @@ def test_causal_lm_blocks_end_each_text_with_eos():
 
 
 def test_preprocessing_workers_shard_each_map_and_overwrite_cache_skips_the_cache(tmp_path):
-    """`--preprocessing_num_workers 2`: each map of the data (run_clm's tokenizing and grouping, run_ner's
-    tokenizing) writes its cache in 2 shards beside the stored data; `--overwrite_cache` turns the cache off."""
+    """`--preprocessing_num_workers 2`: each map of the data (run_clm's tokenizing and grouping, run_ner's and the
+    other tasks' tokenizing) writes its cache in 2 shards beside the stored data; `--overwrite_cache` turns the cache
+    off."""
     from helpers import word_tokenizer
 
     from aiayn.tasks.causal_lm import causal_lm_dataset
-    from aiayn.tasks.task import map_options
+    from aiayn.tasks.task import map_options, tokenized_splits
     from aiayn.tasks.token_classification import token_classification_dataset
     from aiayn.tokenization import train_tokenizer
 
@@ -1014,6 +1015,14 @@ def test_preprocessing_workers_shard_each_map_and_overwrite_cache_skips_the_cach
     ner = DataArguments(text_column="tokens", label_column="ner_tags", block_size=8, preprocessing_num_workers=2)
     token_classification_dataset(tags, tokenizer, model, ner)
     assert shards("tags") == ["00000_of_00002.arrow", "00001_of_00002.arrow"]
+    # The other tasks' tokenizing (classification, multiple choice, QA, text to text) alike.
+    plain = stored("plain", [{"text": f"w{i}"} for i in range(4)])
+    lengths = tokenized_splits(plain, lambda rows, split: {"n": [len(text) for text in rows["text"]]},
+                               DataArguments(preprocessing_num_workers=2))  # fmt: skip
+    assert list(lengths["train"]["n"]) == [2, 2, 2, 2] and shards("plain") == [
+        "00000_of_00002.arrow",
+        "00001_of_00002.arrow",
+    ]
 
 
 def test_tags_may_be_integers_or_class_names_and_are_read_without_training_data():
