@@ -70,6 +70,15 @@ def test_the_decoding_layout_benchmark_runs_and_leaves_the_standard_layout(monke
     assert "decoding_layout" in printed and "restore" in printed
 
 
+def test_the_gpt2_pair_benchmark_times_each_row_and_both_models_decode_the_same_tokens(monkeypatch, capsys):
+    arguments = ["--d-model", "32", "--layers", "1", "--heads", "4", "--vocab", "97", "--train-batch", "2"]
+    arguments += ["--train-length", "8", "--prompt", "4", "--new-tokens", "3", "--repeats", "1"]
+    printed = run_benchmark("gpt2_pair.py", arguments, monkeypatch, capsys)
+    rows = ["training step, 2 x 8 (s)", "generate, 3 new tokens, batch 1 (s)", "generate, aiayn, laid out per call"]
+    rows += ["generate, aiayn, laid out once", "first generate() call (s)"]
+    assert all(row in printed for row in rows)
+
+
 def test_the_attention_scores_benchmark_runs_every_score(monkeypatch, capsys):
     printed = run_benchmark("attention_scores.py", ["--lengths", "16", "--repeats", "1"], monkeypatch, capsys)
     assert all(f"| 16 | {name} |" in printed for name in ("dot product, sdpa", "dot product, eager", "additive"))

@@ -241,6 +241,57 @@ def test_beam_search_returns_the_requested_sequences_with_scores(family):
     assert (scores[:, :-1] >= scores[:, 1:]).all()
 
 
+def reordering_every_cache(model: torch.nn.Module, reordered: list) -> torch.nn.Module:
+    """`model` with transformers' own reordering of the whole cache at every beam-search step (both caches of an
+    encoder-decoder one), recording each step's cache after it in `reordered`."""
+
+    def reorder(cache, beam_idx):
+        cache.reorder_cache(beam_idx)
+        reordered.append([(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers])
+        return cache
+
+    model._reorder_cache = reorder
+    return model
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "relative"])
+def test_beam_search_keeps_the_encoder_decoder_cache_where_reordering_would_copy_it_unchanged(position, monkeypatch):
+    """Beam search reorders only the self-attention cache: the same sequences and scores, to the bit, as reordering
+    the encoder-decoder attention cache too, whose rows for a source's beams are equal at every step (so that
+    reordering them among those beams copied them unchanged) and which keeps the values it was built with."""
+    ids, mask = prompt_batch("seq2seq")
+    settings = {**BEAM, **FULL_LENGTH, "output_scores": True, "return_dict_in_generate": True}
+    model = lm_model("seq2seq", position_embedding_type=position)
+    reordered_layers = []
+    reorder_layer = transformers.cache_utils.DynamicLayer.reorder_cache
+    monkeypatch.setattr(
+        transformers.cache_utils.DynamicLayer,
+        "reorder_cache",
+        lambda layer, beam_idx: reordered_layers.append(layer) or reorder_layer(layer, beam_idx),
+    )
+    kept = model.generate(ids, attention_mask=mask, **settings)
+    monkeypatch.undo()
+    cache = kept.past_key_values
+    assert {id(layer) for layer in reordered_layers} == {id(layer) for layer in cache.self_attention_cache.layers}
+    reordered = []
+    full = reordering_every_cache(lm_model("seq2seq", position_embedding_type=position), reordered)
+    expected = full.generate(ids, attention_mask=mask, **settings)
+    assert torch.equal(kept.sequences, expected.sequences)
+    assert torch.equal(kept.sequences_scores, expected.sequences_scores)
+    assert torch.equal(torch.stack(kept.scores), torch.stack(expected.scores))
+    assert len(reordered) == NEW_TOKENS  # after every step
+    beams = BEAM["num_beams"]
+    first_step = reordered[0]
+    for step in reordered:
+        for (keys, values), (first_keys, first_values) in zip(step, first_step, strict=True):
+            for tensor, first in ((keys, first_keys), (values, first_values)):
+                by_source = tensor.unflatten(0, (ids.shape[0], beams))  # (sources, beams, heads, length, d_kv)
+                assert torch.equal(by_source, by_source[:, :1].expand_as(by_source))
+                assert torch.equal(tensor, first)
+    for layer, (keys, values) in zip(cache.cross_attention_cache.layers, first_step, strict=True):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+
 @pytest.mark.parametrize("family", GENERATING)
 def test_text_streamer_prints_the_generated_text(family, capsys):
     tokenizer = word_tokenizer()

@@ -15,6 +15,19 @@ Laying the weights out and back costs about as much as copying them, each time: 
 tokens (one `generate()` of a few dozen tokens or more, or many calls inside one block). Batches and beams multiply
 several rows per step, for which the standard layout is as fast. A state dict taken inside the block hands out the
 transposed tensors: save after it.
+
+Why a block the caller opens, and not `generate()`'s default (`benchmarks/gpt2_pair.py` and
+`benchmarks/decoding_layout.py` time both; the figures per CPU are in `benchmarks/README.md`):
+
+- Laid out by `generate()` for each call and back after it, the layout would cost two transposed copies of the
+  weights per call, as much as decoding about eight tokens, and gain at each token what the CPU's BLAS loses on the
+  (out, in) layout: a GPT-style model decodes 1.44 times as fast in the layout on an AMD EPYC Zen 4, 1.09 times on
+  an Intel Xeon. A call of fewer than about 100 new tokens would be slower with it on that Xeon, and no rule over
+  shapes and lengths alone tells the CPUs apart (choices timed at run time are ruled out).
+- Stored so from the start (strides only), the layout would hold in a model built from its config but not in one
+  `from_pretrained` loads (transformers sets each loaded tensor, contiguous, as the parameter), and it would hand
+  safetensors' `save_file` tensors it refuses; keeping it across loading would mean re-laying weights behind the
+  user's back.
 """
 
 from collections.abc import Iterator

@@ -337,6 +337,18 @@ class AiaynGenerationMixin(GenerationMixin):
         else:
             cache.cross_attention_cache = DynamicCache()
 
+    def _reorder_cache(self, cache: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's reordering of the cache after each step, which `generate()` leaves to a model that has this
+        method: the self-attention cache follows the beams; the encoder-decoder attention cache stays as it is.
+        `generate()` repeats each source's encoder states for its beams, and a beam's new index is always one of the
+        same source's beams, so every row that reordering would copy there holds the keys and values already in its
+        place: beam search at batch 1 and beam 4 over a 512-token source would copy 4 MiB per layer and step."""
+        if isinstance(cache, EncoderDecoderCache):
+            cache.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            cache.reorder_cache(beam_idx)
+        return cache
+
     def init_continuous_batching(self, *args, **kwargs):
         """`GenerationMixin.init_continuous_batching` (behind `generate_batch` and `transformers serve
         --continuous-batching`), refused up front where it cannot run the model (`check_continuous_batching`)."""
