@@ -154,3 +154,27 @@ def test_the_block_restores_every_weight_when_its_body_raises():
     for name, parameter in model.named_parameters():
         assert parameter is before[name][0] and parameter.is_contiguous(), name
         assert torch.equal(parameter, before[name][1]), name
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_saving_inside_the_block_saves_untied_weights_and_refuses_tied_ones_by_name(tied, tmp_path):
+    """transformers saves a weight several names share (the tied token table and output head) from contiguous memory
+    only: inside the block `save_pretrained` refuses such a model with the names and what to do, before writing
+    anything; with untied weights it saves the model's values, as after the block."""
+    model = lm_model("decoder", tie_word_embeddings=tied)
+    values = {name: parameter.detach().clone() for name, parameter in model.named_parameters()}
+    with aiayn.decoding_layout(model):
+        assert "lm_head" in transposed_names(model)
+        if tied:
+            with pytest.raises(ValueError) as refused:
+                model.save_pretrained(tmp_path)
+            assert str(refused.value) == (
+                "The tied weights model.decoder.embeddings.embed_tokens.weight = lm_head.weight are not contiguous in "
+                "memory (laid out for decoding inside `aiayn.decoding_layout`), and transformers saves tied weights "
+                "from contiguous memory only: save the model after the block."
+            )
+            assert not any(tmp_path.iterdir())
+            return
+        model.save_pretrained(tmp_path)
+    reloaded = type(model).from_pretrained(tmp_path)
+    assert all(torch.equal(reloaded.get_parameter(name), value) for name, value in values.items())

@@ -14,7 +14,8 @@ they were. Nothing is timed: the same model and inputs give the same layout, and
 Laying the weights out and back costs about as much as copying them, each time: the block pays off over many decoded
 tokens (one `generate()` of a few dozen tokens or more, or many calls inside one block). Batches and beams multiply
 several rows per step, for which the standard layout is as fast. A state dict taken inside the block hands out the
-transposed tensors: save after it.
+transposed tensors, which safetensors' `save_file` refuses, and `save_pretrained` refuses a model whose tied weights
+lie so: save after it.
 
 Why a block the caller opens, and not `generate()`'s default (`benchmarks/gpt2_pair.py` and
 `benchmarks/decoding_layout.py` time both; the figures per CPU are in `benchmarks/README.md`):

@@ -170,6 +170,24 @@ def check_continuous_batching(config) -> None:
         )
 
 
+def check_tied_weights_contiguous(model: nn.Module):
+    """Raises `ValueError` when a weight that several names share (tied embeddings and output head) is not contiguous
+    in memory, as inside `aiayn.decoding_layout`: transformers' `save_pretrained` reads shared tensors as flat views,
+    which such a weight has not."""
+    names_by_weight = {}
+    for name, weight in model.named_parameters(remove_duplicate=False):
+        names_by_weight.setdefault(weight, []).append(name)
+    faults = [
+        " = ".join(names) for weight, names in names_by_weight.items() if len(names) > 1 and not weight.is_contiguous()
+    ]
+    if faults:
+        raise ValueError(
+            f"The tied weights {_first_five(faults)} are not contiguous in memory (laid out for decoding inside "
+            "`aiayn.decoding_layout`), and transformers saves tied weights from contiguous memory only: save the "
+            "model after the block."
+        )
+
+
 def _first_five(faults: list[str]) -> str:
     return "; ".join(faults[:5]) + (f"; and {len(faults) - 5} more" if len(faults) > 5 else "")
 
@@ -287,6 +305,7 @@ class AiaynCheckpointBase(PreTrainedModel):
         family (transformers writes only the saved class), so that any head loads from the folder with
         `trust_remote_code=True` where aiayn is not installed. transformers copies the code of a registered aiayn
         class; under a wrapper's class (see `__init_subclass__`) the aiayn class's code is copied here."""
+        check_tied_weights_contiguous(self)
         model_class = aiayn_class_of(self)
         modeling_module = model_class.__module__.rsplit(".", 1)[-1]
         configuration_module = type(self.config).__module__.rsplit(".", 1)[-1]
