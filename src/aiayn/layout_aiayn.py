@@ -24,11 +24,12 @@ Why a block the caller opens, and not `generate()`'s default (`benchmarks/gpt2_p
   weights per call, as much as decoding about eight tokens, and gain at each token what the CPU's BLAS loses on the
   (out, in) layout: a GPT-style model decodes 1.44 times as fast in the layout on an AMD EPYC Zen 4, 1.09 times on
   an Intel Xeon. A call of fewer than about 100 new tokens would be slower with it on that Xeon, and no rule over
-  shapes and lengths alone tells the CPUs apart (choices timed at run time are ruled out).
-- Stored so from the start (strides only), the layout would hold in a model built from its config but not in one
-  `from_pretrained` loads (transformers sets each loaded tensor, contiguous, as the parameter), and it would hand
-  safetensors' `save_file` tensors it refuses; keeping it across loading would mean re-laying weights behind the
-  user's back.
+  shapes and lengths alone tells the CPUs apart (choices timed at run time are ruled out). And a layout changed
+  inside `generate()` would swap the storage of parameters that another thread may be reading.
+- Stored so from the start (strides only), even for the decoder's layers alone: FSDP2's `fully_shard` refuses
+  non-contiguous parameters ("FSDP does not support non-contiguous parameters yet"); transformers sets each tensor
+  `from_pretrained` loads as the parameter, contiguous, so the layout would have to be laid again after loading;
+  safetensors' `save_file` refuses a state dict of such tensors, and transformers' `save_pretrained` tied ones.
 """
 
 from collections.abc import Iterator
